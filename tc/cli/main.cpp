@@ -1,0 +1,41 @@
+// deuteron: the command-line program. Commands arrive with the issues that
+// build them (serve, dc, tc, shell, bench, crashtest, stats, check); each has
+// --help.
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: deuteron [--help] [--version] <command> [args]\n"
+    "\n"
+    "Deuteron is a transactional key-value store built the Deuteronomy way:\n"
+    "a transactional component (locks, log, commit, recovery) over a data\n"
+    "component (a latch-free Bw-tree on the LLAMA log-structured cache).\n"
+    "\n"
+    "options:\n"
+    "  --help      show this help and exit\n"
+    "  --version   print the version and exit\n"
+    "\n"
+    "This build has no commands yet.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::string_view arg = argv[1];
+  if (arg == "--help" || arg == "-h" || arg == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (arg == "--version" || arg == "version") {
+    std::printf("deuteron %s\n", DEUTERON_VERSION);
+    return 0;
+  }
+  std::fprintf(stderr, "deuteron: unknown command or option '%s'\n\n%s", argv[1], kUsage);
+  return 2;
+}

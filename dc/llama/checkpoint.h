@@ -1,0 +1,51 @@
+// Mapping-table checkpoints (LLAMA section 6.2): the LSS address of every
+// page's newest flushed state, written to one of two alternating files
+// (ckpt-0, ckpt-1) with the recovery start position (RSP) and the cleaner's
+// garbage-collection frontier. The previous checkpoint stays valid until the
+// new one is complete: a file is written whole, synced, and only then counts.
+//
+// File format (little-endian, masked CRC32C):
+//   header (64 bytes): magic u64 "DTRNCKPT", format_version u32, reserved u32,
+//     store_id u64, sequence u64, rsp u64, gc_frontier u64, entry_count u64,
+//     entries_crc u32, header_crc u32 (over the preceding 60 bytes)
+//   entries: entry_count u64 values; entry i is page (i + 1)'s LSS address,
+//     0 for a free page, kEmptyPageEntry for an allocated page with no state.
+//
+// Thread safety: free functions; callers serialize writes to one directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "common/status.h"
+#include "dc/llama/lss_format.h"
+
+namespace deuteron::llama {
+
+constexpr uint64_t kCheckpointMagic = 0x54504B434E525444ull;  // "DTRNCKPT"
+constexpr size_t kCheckpointHeaderSize = 64;
+constexpr uint64_t kEmptyPageEntry = ~0ull;
+
+struct CheckpointData {
+  uint64_t store_id = 0;
+  uint64_t sequence = 0;       // higher = newer; written to slot sequence % 2
+  LssAddress rsp = 0;          // recovery replays the LSS from here
+  LssAddress gc_frontier = 0;  // the cleaner resumes here
+  std::vector<uint64_t> entries;
+};
+
+std::string CheckpointFileName(int slot);  // "ckpt-0" / "ckpt-1"
+
+// Writes `data` to dir/ckpt-(sequence % 2) and syncs it (and the directory
+// when the file is new).
+Status WriteCheckpoint(Env* env, const std::string& dir, const CheckpointData& data);
+
+// The valid checkpoint with the highest sequence; the other one when the
+// newest is torn or corrupt. NotFound when neither is valid; StoreMismatch
+// when a valid one belongs to another store.
+Result<CheckpointData> ReadLatestCheckpoint(Env* env, const std::string& dir,
+                                            uint64_t store_id);
+
+}  // namespace deuteron::llama

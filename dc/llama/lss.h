@@ -13,7 +13,9 @@
 //  1. Each buffer's state is one 64-bit word: record bytes reserved (offset),
 //     active writers (reserved, not yet committed or voided), a sealed bit, and
 //     a generation that changes every time the buffer is reused. Reservation,
-//     sealing and the active count change only by CAS on that word.
+//     sealing and the active count change only by atomic read-modify-write on
+//     that word (CAS; Commit and Void use fetch_sub, a CAS that cannot fail).
+//     An idle buffer is sealed with offset 0: a buffer is never sealed empty.
 //  2. A reservation succeeds only on an unsealed buffer of the expected
 //     generation, so a thread that read a stale buffer never writes into a
 //     later incarnation of it.
@@ -31,7 +33,10 @@
 // Thread safety: Reserve, Commit, Void, MakeStable, HiStable, Tail, ReadRecord,
 // Read and GetStats are thread-safe. Recover must be called exactly once, after
 // Open and before any write, by one thread. ReleaseSegmentsBelow is
-// thread-safe.
+// thread-safe. A thread that holds a reservation must Commit or Void it before
+// it calls Reserve or MakeStable again: the ring may need that reservation's
+// buffer written before it can go on (a deadlock otherwise).
+// The implementation's notes (state word layout, memory orders) open lss.cpp.
 #pragma once
 
 #include <cstdint>
@@ -82,26 +87,41 @@ class LogStructuredStore {
                                                           const LssOptions& options);
   ~LogStructuredStore();  // waits for in-flight I/O; does not seal the current buffer
 
-  // Scans from `start` (kNullAddress: the first buffer of the lowest segment),
+  // Scans from `start` (kNullAddress: the first buffer of the lowest segment;
+  // otherwise a buffer position, e.g. a value HiStable() returned, which is
+  // what a checkpoint's RSP must be: InvalidArgument for an address that
+  // cannot be a buffer's base),
   // calls `visitor` for each record, cuts off a torn tail (zeroing it on disk
   // and deleting segment files beyond it, synced), and positions the writer
   // after the last valid buffer. Corruption naming the segment and offset when
   // an invalid buffer is followed by one that was sealed after it was stable.
+  // The torn tail is cut by truncating its segment file at the first invalid
+  // buffer (deleting the file when that is its first buffer) and deleting all
+  // later segment files. StoreMismatch for a segment of another store.
+  // Writing resumes at the first invalid position, which is also Hi-Stable.
   Status Recover(LssAddress start, const RecordVisitor& visitor);
 
-  // REQUIRES: Recover has run; bytes is a multiple of kRecordAlign.
-  // TooLarge when bytes exceeds MaxReservation(). May wait for a buffer's I/O
-  // when every buffer of the ring is sealed.
+  // REQUIRES: Recover has run; bytes is a multiple of kRecordAlign and at least
+  // kRecordHeaderSize (InvalidArgument otherwise).
+  // TooLarge when bytes exceeds MaxReservation() (buffer_size - 64). May wait
+  // for a buffer's I/O when every buffer of the ring is sealed. The store's
+  // I/O error once it has failed. A reservation that does not fit in an empty
+  // buffer cut short by the end of a segment fills that buffer with a void
+  // record (Stats::padding_bytes) and goes to the next segment.
   Result<Reservation> Reserve(size_t bytes);
-  // The caller has written all reserved bytes (EncodeRecord) at r.dst.
+  // The caller has written all reserved bytes (EncodeRecord) at r.dst: whole
+  // records that tile the reservation exactly.
   void Commit(const Reservation& r);
   // Writes a kVoid record over the reservation (the flush's CAS failed).
   void Void(const Reservation& r);
 
   // Mk-Stable: returns once every byte below `address` is durable, sealing the
-  // current buffer if it holds bytes below it. The store's I/O error if any.
+  // current buffer if it holds record bytes below it (an empty buffer is never
+  // written; an address past Tail() makes everything reserved so far stable).
+  // The store's I/O error if any.
   Status MakeStable(LssAddress address);
-  // Hi-Stable: every byte below the returned address is durable.
+  // Hi-Stable: every byte below the returned address is durable. It is always
+  // the base of the first buffer not yet stable.
   LssAddress HiStable() const;
   // Where the next reservation would start (a lower bound once it is read).
   LssAddress Tail() const;
@@ -135,6 +155,8 @@ class LogStructuredStore {
     uint64_t segments_live = 0;
     uint64_t segments_released = 0;
     uint64_t live_bytes_on_disk = 0;  // segment files held, bytes
+    uint64_t segments_recycled = 0;   // new segments made from recycled files
+    uint64_t padding_bytes = 0;       // void records that fill a buffer cut short
   };
   Stats GetStats() const;
 

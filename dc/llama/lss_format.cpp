@@ -133,6 +133,7 @@ void EncodeRecord(const RecordHeader& h, Slice payload, char* dst) {
   EncodeFixed64(dst + 16, h.pid);
   EncodeFixed64(dst + 24, h.prev);
   EncodeFixed64(dst + 32, h.annotation);
+  EncodeFixed64(dst + 40, h.bound);
   if (!payload.empty() && payload.data() != dst + kRecordHeaderSize) {
     std::memmove(dst + kRecordHeaderSize, payload.data(), payload.size());
   }
@@ -157,6 +158,7 @@ Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
   h.pid = DecodeFixed64(p + 16);
   h.prev = DecodeFixed64(p + 24);
   h.annotation = DecodeFixed64(p + 32);
+  h.bound = DecodeFixed64(p + 40);
   if (data.size() - kRecordHeaderSize < h.length) {
     return Status::Corruption("record: payload of " + std::to_string(h.length) +
                               " bytes runs past its buffer");

@@ -83,6 +83,7 @@ struct RecordHeader {
   PageId pid = 0;
   LssAddress prev = kNullAddress;
   uint64_t annotation = 0;
+  uint64_t bound = 0;              // the flush's tag bound (page records)
 };
 // Bytes a record with `payload` bytes occupies, padding included.
 constexpr size_t RecordSpan(size_t payload) {

@@ -170,13 +170,18 @@ Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
   return h;
 }
 
-LssAddress NextBufferBase(LssAddress base, uint64_t used, uint64_t segment_size) {
-  LssAddress next = (base + kBufferHeaderSize + used + kBufferAlign - 1) & ~(kBufferAlign - 1);
-  const LssAddress segment_end = (SegmentOf(base, segment_size) + 1) * segment_size;
-  if (next + kMinBufferSpan > segment_end) {
-    next = FirstBufferBase(SegmentOf(base, segment_size) + 1, segment_size);
-  }
+LssAddress BufferBaseAtOrAfter(LssAddress a, uint64_t segment_size) {
+  // `a` is at most the end of a segment, which belongs to the segment before.
+  const uint64_t segment = SegmentOf(a == 0 ? 0 : a - 1, segment_size);
+  LssAddress next = (a + kBufferAlign - 1) & ~(kBufferAlign - 1);
+  if (next < FirstBufferBase(segment, segment_size)) next = FirstBufferBase(segment, segment_size);
+  const LssAddress segment_end = (segment + 1) * segment_size;
+  if (next + kMinBufferSpan > segment_end) next = FirstBufferBase(segment + 1, segment_size);
   return next;
+}
+
+LssAddress NextBufferBase(LssAddress base, uint64_t used, uint64_t segment_size) {
+  return BufferBaseAtOrAfter(base + kBufferHeaderSize + used, segment_size);
 }
 
 uint64_t BufferCapacity(LssAddress base, uint64_t buffer_size, uint64_t segment_size) {

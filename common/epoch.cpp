@@ -145,6 +145,11 @@ struct EpochRegistry {
   std::vector<std::unique_ptr<EpochSlot>> slots;  // guarded by mu; owns slots
   DeferralList orphans;                            // guarded by mu
   bool closed = false;                             // guarded by mu
+  // Set by the destructor before it runs deferrals, so that a deferral that
+  // defers again goes straight to the orphan list instead of a thread cache
+  // (which may already be gone when a static manager dies at exit). A plain
+  // bool: every other use of the manager happens-before the destructor.
+  bool destroying = false;
 
   EpochSlot* Claim() {
     std::lock_guard<std::mutex> lock(mu);
@@ -273,6 +278,7 @@ EpochManager::EpochManager(Options options)
 
 EpochManager::~EpochManager() {
   internal::EpochRegistry& r = *registry_;
+  r.destroying = true;
   for (;;) {
     std::vector<Deferral> batch;
     {
@@ -357,6 +363,12 @@ EpochManager::Guard& EpochManager::Guard::operator=(Guard&& other) noexcept {
 }
 
 void EpochManager::Defer(DeferFn fn, void* a, uint64_t b, size_t bytes) {
+  if (registry_->destroying) {  // called by a deferral the destructor runs
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    registry_->orphans.Add(fn, a, b, bytes);
+    registry_->PublishOrphanStats();
+    return;
+  }
   EpochSlot* s = LocalSlot();
   s->pending.Add(fn, a, b, bytes);
   // relaxed (both): statistics mirrors written by the owner only (I5).

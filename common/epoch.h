@@ -46,17 +46,23 @@
 //  - Reclaim: seq_cst fence, global.fetch_add(seq_cst), slot loads (acquire).
 //  - Counters used only for statistics are relaxed.
 //
+// Tagging is lazy: Defer only appends to the caller's list; the next reclaim
+// tags it (I3). So a guard that begins between Defer and that reclaim also
+// holds the deferral back: conservative, and Defer stays free of fences.
+//
 // The bound on garbage: each thread's pending bytes are checked on Defer; once
 // over Options::max_pending_bytes_per_thread the thread advances the epoch and
-// reclaims at once (Stats::forced_reclaims). If no thread is inside a guard at
-// that moment everything it deferred runs, so PendingBytes() of a thread never
-// exceeds the bound plus one deferral. Only a guard held across the forced
-// attempt (any thread's, including the caller's own) can keep garbage beyond
-// the bound; while that lasts, forced attempts repeat every bound/4 further
-// bytes, and Stats::oldest_active_lag shows how far behind the oldest guard is.
+// reclaims at once (Stats::forced_reclaims). While no guard is held across a
+// thread's reclaims, each of them runs everything the thread deferred, so its
+// pending bytes never exceed the bound plus one deferral. Only a thread inside
+// a guard (any thread's, the caller's own included) can make garbage pile up
+// beyond the bound; while that lasts, forced attempts repeat every bound/4
+// further bytes (not on every Defer), and Stats::oldest_active_lag shows how
+// many epochs behind the oldest guard is. Note that a reader descheduled by
+// the OS inside its guard counts as stuck for as long as it is off the CPU.
 //
 // Garbage of a thread that stops deferring waits for its next Defer or
-// TryReclaim, for its exit (it moves to an orphan list that any TryReclaim
+// TryReclaim, for its exit (it moves to an orphan list that any reclaim
 // drains), or for the manager's destructor.
 #pragma once
 

@@ -174,6 +174,7 @@ class LogStructuredStore::Impl {
   LssAddress Tail() const;
   size_t MaxReservation() const { return buffer_size_ - kBufferHeaderSize; }
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
+  Status ScanSegment(uint64_t segment, const RecordVisitor& visitor) const;
   Status ReleaseSegmentsBelow(LssAddress frontier);
   uint64_t LowestSegment() const;
   uint64_t TailSegment() const;
@@ -240,6 +241,10 @@ class LogStructuredStore::Impl {
   static Status SyncSegment(Segment* seg, uint64_t ticket, std::atomic<uint64_t>* syncs);
 
   // Recovery pieces.
+  // Reads the buffer at `pos` of `seg`: true if it is valid (*h and *records
+  // filled), false with the reason in *why if not; an error only for I/O.
+  Result<bool> ReadBuffer(Segment* seg, LssAddress pos, BufferHeader* h, std::string* records,
+                          std::string* why) const;
   Status VisitBuffer(LssAddress base, const std::string& records,
                      const RecordVisitor& visitor) const;
   Status VisitTransaction(LssAddress address, Slice payload, uint32_t count,
@@ -828,40 +833,12 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
       }
       checked_segment = n;
     }
-    char hdr[kBufferHeaderSize];
-    ASSIGN_OR_RETURN(size_t got, seg->file->ReadAt(off, hdr, sizeof(hdr)));
-    if (got < sizeof(hdr)) {
-      why = "end of segment file";
-      break;
-    }
-    Result<BufferHeader> h = DecodeBufferHeader(Slice(hdr, sizeof(hdr)));
-    if (!h.ok()) {
-      why = std::string(h.status().message());
-      break;
-    }
-    if (h->base != pos) {
-      why = "buffer header of another address (stale data)";
-      break;
-    }
-    // Bounded by the segment, not by buffer_size: the store may have been
-    // written with larger buffers than this Open's options allow.
-    if (h->used > segment_size_ - off - kBufferHeaderSize) {
-      why = "buffer length out of range";
-      break;
-    }
-    records.resize(h->used);
-    ASSIGN_OR_RETURN(got, seg->file->ReadAt(off + kBufferHeaderSize, records.data(), h->used));
-    if (got < h->used) {
-      why = "buffer cut short";
-      break;
-    }
-    if (MaskedCrc(records.data(), records.size()) != h->records_crc) {
-      why = "buffer records checksum mismatch";
-      break;
-    }
+    BufferHeader h;
+    ASSIGN_OR_RETURN(bool valid, ReadBuffer(seg.get(), pos, &h, &records, &why));
+    if (!valid) break;
     RETURN_IF_ERROR(VisitBuffer(pos, records, visitor));
-    last_sequence = h->sequence;
-    pos = NextBufferBase(pos, h->used, segment_size_);
+    last_sequence = h.sequence;
+    pos = NextBufferBase(pos, h.used, segment_size_);
   }
 
   RETURN_IF_ERROR(LookAhead(pos, why));
@@ -881,6 +858,63 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
   current_.store(0, std::memory_order_release);
   b.state.store(OpenState(GenerationOf(b.state.load())), std::memory_order_release);
   recovered_.store(true);
+  return Status::OK();
+}
+
+Result<bool> LogStructuredStore::Impl::ReadBuffer(Segment* seg, LssAddress pos, BufferHeader* h,
+                                                std::string* records, std::string* why) const {
+  const uint64_t off = OffsetInSegment(pos, segment_size_);
+  char hdr[kBufferHeaderSize];
+  ASSIGN_OR_RETURN(size_t got, seg->file->ReadAt(off, hdr, sizeof(hdr)));
+  if (got < sizeof(hdr)) {
+    *why = "end of segment file";
+    return false;
+  }
+  Result<BufferHeader> decoded = DecodeBufferHeader(Slice(hdr, sizeof(hdr)));
+  if (!decoded.ok()) {
+    *why = std::string(decoded.status().message());
+    return false;
+  }
+  *h = *decoded;
+  if (h->base != pos) {
+    *why = "buffer header of another address (stale data)";
+    return false;
+  }
+  // Bounded by the segment, not by buffer_size: the store may have been
+  // written with larger buffers than this Open's options allow.
+  if (h->used > segment_size_ - off - kBufferHeaderSize) {
+    *why = "buffer length out of range";
+    return false;
+  }
+  records->resize(h->used);
+  ASSIGN_OR_RETURN(got, seg->file->ReadAt(off + kBufferHeaderSize, records->data(), h->used));
+  if (got < h->used) {
+    *why = "buffer cut short";
+    return false;
+  }
+  if (MaskedCrc(records->data(), records->size()) != h->records_crc) {
+    *why = "buffer records checksum mismatch";
+    return false;
+  }
+  return true;
+}
+
+Status LogStructuredStore::Impl::ScanSegment(uint64_t segment, const RecordVisitor& visitor) const {
+  std::shared_ptr<Segment> seg = FindSegment(segment);
+  if (seg == nullptr) {
+    return Status::NotFound(Where(segment, 0) + ": LSS segment released or never written");
+  }
+  const LssAddress stable = hi_stable_.load();
+  LssAddress pos = FirstBufferBase(segment, segment_size_);
+  std::string records;
+  std::string why;
+  while (SegmentOf(pos, segment_size_) == segment && pos < stable) {
+    BufferHeader h;
+    ASSIGN_OR_RETURN(bool valid, ReadBuffer(seg.get(), pos, &h, &records, &why));
+    if (!valid) return Status::Corruption(WhereA(pos) + ": stable buffer invalid: " + why);
+    RETURN_IF_ERROR(VisitBuffer(pos, records, visitor));
+    pos = NextBufferBase(pos, h.used, segment_size_);
+  }
   return Status::OK();
 }
 
@@ -1066,6 +1100,9 @@ size_t LogStructuredStore::MaxReservation() const { return impl_->MaxReservation
 Result<RecordHeader> LogStructuredStore::ReadRecord(LssAddress address,
                                                     std::string* payload) const {
   return impl_->ReadRecord(address, payload);
+}
+Status LogStructuredStore::ScanSegment(uint64_t segment, const RecordVisitor& visitor) const {
+  return impl_->ScanSegment(segment, visitor);
 }
 Status LogStructuredStore::ReleaseSegmentsBelow(LssAddress frontier) {
   return impl_->ReleaseSegmentsBelow(frontier);

@@ -131,6 +131,7 @@ TEST_CASE("records of every type round trip", "[dc][llama][lss_format]") {
       h.pid = rnd.Next();
       h.prev = rnd.Next();
       h.annotation = rnd.Next();
+      h.bound = rnd.Next();
       const size_t span = RecordSpan(len);
       CHECK(span % kRecordAlign == 0);
       CHECK(span >= kRecordHeaderSize + len);
@@ -150,6 +151,7 @@ TEST_CASE("records of every type round trip", "[dc][llama][lss_format]") {
       CHECK(back->pid == h.pid);
       CHECK(back->prev == h.prev);
       CHECK(back->annotation == h.annotation);
+      CHECK(back->bound == h.bound);
       CHECK(got == Slice(payload));
       CHECK(got.data() == buf.data() + kRecordHeaderSize);
 
@@ -224,6 +226,14 @@ TEST_CASE("buffer positions never cross a segment", "[dc][llama][lss_format]") {
   CHECK(NextBufferBase(s - kMinBufferSpan, 100, s) == s + 4096);
   CHECK(BufferCapacity(4096, 64 << 10, s) == (64 << 10) - kBufferHeaderSize);
   CHECK(BufferCapacity(s - kMinBufferSpan, 128 << 10, s) == kMinBufferSpan - kBufferHeaderSize);
+  // BufferBaseAtOrAfter: a base maps to itself; an end to the next base.
+  CHECK(BufferBaseAtOrAfter(4096, s) == 4096);
+  CHECK(BufferBaseAtOrAfter(4097, s) == 8192);
+  CHECK(BufferBaseAtOrAfter(0, s) == 4096);
+  CHECK(BufferBaseAtOrAfter(s, s) == s + 4096);  // a segment's end
+  CHECK(BufferBaseAtOrAfter(s + 1, s) == s + 4096);
+  CHECK(BufferBaseAtOrAfter(2 * s - kMinBufferSpan, s) == 2 * s - kMinBufferSpan);
+  CHECK(BufferBaseAtOrAfter(2 * s - kMinBufferSpan + 1, s) == 2 * s + 4096);
   CHECK(SegmentOf(3 * s + 5, s) == 3);
   CHECK(OffsetInSegment(3 * s + 5, s) == 5);
 }

@@ -235,8 +235,12 @@ class LogStructuredStore::Impl {
   void IoThreadMain();
   void WriteVoid(char* dst, size_t size);
 
-  // Opens (creating or recycling) the segment file for writing.
+  // The segment file for writing buffers of segment n, creating it (and any
+  // missing one before it) if needed.
   Result<std::shared_ptr<Segment>> SegmentForWrite(uint64_t n);
+  // Creates (or recycles) segment n's file: header written and synced,
+  // directory synced. REQUIRES: seg_mu_ held.
+  Result<std::shared_ptr<Segment>> CreateSegmentLocked(uint64_t n);
   std::shared_ptr<Segment> FindSegment(uint64_t n) const;
   static Status SyncSegment(Segment* seg, uint64_t ticket, std::atomic<uint64_t>* syncs);
 
@@ -280,6 +284,7 @@ class LogStructuredStore::Impl {
   mutable std::mutex seg_mu_;  // lock order: seg_mu_ before a Segment's io_mu
   std::map<uint64_t, std::shared_ptr<Segment>> segments_;  // GUARDED_BY(seg_mu_)
   std::vector<std::string> recycle_pool_;                  // GUARDED_BY(seg_mu_): paths
+  uint64_t next_to_create_ = 0;  // GUARDED_BY(seg_mu_): no segment file at or above it exists
 
   // I/O threads.
   std::mutex io_mu_;
@@ -665,6 +670,20 @@ Result<std::shared_ptr<LogStructuredStore::Impl::Segment>>
 LogStructuredStore::Impl::SegmentForWrite(uint64_t n) {
   std::lock_guard<std::mutex> l(seg_mu_);
   if (auto it = segments_.find(n); it != segments_.end()) return it->second;
+  // Segment files are created in order, even when buffers complete out of
+  // order, so that a segment file never exists without the ones before it:
+  // the lowest file is always where the log (or its unreleased part) begins.
+  assert(n >= next_to_create_);
+  for (uint64_t m = next_to_create_; m < n; ++m) {
+    if (segments_.count(m) == 0) RETURN_IF_ERROR(CreateSegmentLocked(m).status());
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateSegmentLocked(n));
+  next_to_create_ = std::max(next_to_create_, n + 1);
+  return seg;
+}
+
+Result<std::shared_ptr<LogStructuredStore::Impl::Segment>>
+LogStructuredStore::Impl::CreateSegmentLocked(uint64_t n) {
   const std::string path = SegmentPath(n);
   auto seg = std::make_shared<Segment>();
   if (!recycle_pool_.empty()) {
@@ -843,6 +862,13 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
 
   RETURN_IF_ERROR(LookAhead(pos, why));
   RETURN_IF_ERROR(CutTail(pos));
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    next_to_create_ = SegmentOf(pos, segment_size_);
+    if (!segments_.empty()) {
+      next_to_create_ = std::max(next_to_create_, segments_.rbegin()->first + 1);
+    }
+  }
 
   // Position the writer at pos: ring slot 0 opens there.
   sequence_origin_ = last_sequence + 1;

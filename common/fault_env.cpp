@@ -225,7 +225,7 @@ Result<std::string> FaultInjectionEnv::DurableContentLocked(const std::string& k
   const std::vector<Change>& changes = it->second->changes;
   for (auto c = changes.rbegin(); c != changes.rend(); ++c) {
     content.resize(c->old_size, '\0');
-    content.replace(c->offset, c->old_bytes.size(), c->old_bytes);
+    if (!c->old_bytes.empty()) content.replace(c->offset, c->old_bytes.size(), c->old_bytes);
   }
   return content;
 }
@@ -245,7 +245,8 @@ Status FaultInjectionEnv::UndoChangesLocked(const std::string& key, FileState* s
     if (!c.truncate && cut < c.write_len) {
       RETURN_IF_ERROR(f->Truncate(std::max(c.old_size, c.offset + cut)));
       if (cut < c.old_bytes.size()) {
-        RETURN_IF_ERROR(f->WriteAt(c.offset + cut, Slice(c.old_bytes).sub(cut, c.old_bytes.size() - cut)));
+        const Slice rest = Slice(c.old_bytes).sub(cut, c.old_bytes.size() - cut);
+        RETURN_IF_ERROR(f->WriteAt(c.offset + cut, rest));
       }
     }
   }

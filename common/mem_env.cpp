@@ -169,7 +169,9 @@ class MemEnv final : public Env {
     auto it = tree_->files.find(f);
     if (it == tree_->files.end()) return Missing("rename " + from + " to", to);
     if (!tree_->dirs.count(ParentDir(t))) return Missing("rename " + from + " to", to);
-    if (tree_->dirs.count(t)) return Status::IOError("rename " + from + " to " + to + ": is a directory");
+    if (tree_->dirs.count(t)) {
+      return Status::IOError("rename " + from + " to " + to + ": is a directory");
+    }
     if (f == t) return Status::OK();
     std::shared_ptr<FileData> data = std::move(it->second);
     tree_->files.erase(it);

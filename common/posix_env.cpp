@@ -21,11 +21,14 @@
 namespace deuteron {
 namespace {
 
-// Status for errno `err` during "<op> <path>": ENOENT is kNotFound, the rest
-// as Status::FromErrno (ENOSPC/EDQUOT kNoSpace, otherwise kIOError).
+// Status for errno `err` during "<op> <path>": ENOENT (and ENOTDIR: a path
+// component is a file) is kNotFound, the rest as Status::FromErrno
+// (ENOSPC/EDQUOT kNoSpace, otherwise kIOError).
 Status PosixError(int err, const std::string& op, const std::string& path) {
   std::string context = op + " " + path;
-  if (err == ENOENT || err == ENOTDIR) return Status::NotFound(context + ": no such file or directory");
+  if (err == ENOENT || err == ENOTDIR) {
+    return Status::NotFound(context + ": no such file or directory");
+  }
   return Status::FromErrno(err, context);
 }
 

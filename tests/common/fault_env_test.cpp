@@ -255,7 +255,8 @@ TEST_CASE("FailNth fails the n-th call of each kind, with the chosen code",
       switch (op) {
         case Op::kOpen: {
           REQUIRE(env.OpenFile(path, OpenMode::kRead).ok());
-          Result<std::unique_ptr<File>> r = env.OpenFile(JoinPath(t.dir, "g"), OpenMode::kCreateNew);
+          const std::string g = JoinPath(t.dir, "g");
+          Result<std::unique_ptr<File>> r = env.OpenFile(g, OpenMode::kCreateNew);
           expect_failure(r.status());
           CHECK_FALSE(env.FileExists(JoinPath(t.dir, "g")));  // nothing created
           CHECK(env.OpenFile(JoinPath(t.dir, "g"), OpenMode::kCreateNew).ok());
@@ -417,13 +418,26 @@ TEST_CASE("Rename is undone at a crash unless the target directory was synced",
   CHECK(Content(&env, current) == "v2");
   CHECK_FALSE(env.FileExists(tmp));
 
+  // Renaming over a file with unsynced changes (a hole past its end, a
+  // shrink) brings back its durable content.
+  WriteDurable(&env, tmp, "durable-tmp");
+  auto target = Open(&env, current, OpenMode::kReadWrite);
+  REQUIRE(target->WriteAt(100, "past the end").ok());
+  REQUIRE(target->Truncate(1).ok());
+  REQUIRE(env.RenameFile(tmp, current).ok());
+  REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  CHECK(Content(&env, current) == "v2");
+  CHECK(Content(&env, tmp) == "durable-tmp");
+  REQUIRE(env.RenameFile(tmp, current).ok());
+  REQUIRE(env.SyncDir(t.dir).ok());
+
   // A renamed file's unsynced data is lost at its new name.
   auto f = Open(&env, current, OpenMode::kReadWrite);
   REQUIRE(f->Append("+unsynced").ok());
   REQUIRE(env.RenameFile(current, tmp).ok());
   REQUIRE(env.SyncDir(t.dir).ok());
   REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
-  CHECK(Content(&env, tmp) == "v2");
+  CHECK(Content(&env, tmp) == "durable-tmp");
 }
 
 TEMPLATE_TEST_CASE("A file created without SyncDir disappears at a crash",

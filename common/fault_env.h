@@ -49,8 +49,8 @@
 // Thread safety: thread-safe, like every Env; the Files it returns follow the
 // File contract. A FaultInjectionEnv serializes the writes and syncs of each
 // file (slower, never wrong), and takes one mutex per counted call.
-// SimulateCrash and CorruptRange may run
-// concurrently with other calls, which then fail or wait.
+// SimulateCrash and CorruptRange may run concurrently with other calls, which
+// then fail or wait.
 // REQUIRES: the base Env outlives this one, and this one outlives every File
 // it returned.
 #pragma once

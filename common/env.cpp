@@ -53,6 +53,9 @@ std::string ParentDir(const std::string& path) {
 }
 
 std::string NormalizePath(const std::string& path) {
+  // GCC 12 warns (-Wrestrict, a known false positive) on assigning a literal
+  // to a string that may be empty here; build the result without that.
+  if (path.empty()) return std::string(1, '.');
   std::string out;
   out.reserve(path.size());
   for (char c : path) {
@@ -60,7 +63,6 @@ std::string NormalizePath(const std::string& path) {
     out.push_back(c);
   }
   if (out.size() > 1 && out.back() == '/') out.pop_back();
-  if (out.empty()) out = ".";
   return out;
 }
 

@@ -112,6 +112,11 @@ class LogStructuredStore {
   // segment and offset) on a bad record, NotFound for a released segment.
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
 
+  // Visits every record of a segment that is wholly below HiStable (for the
+  // cleaner), transactions expanded as in Recover. Corruption on a damaged
+  // buffer (it was stable, so this is never a torn tail).
+  Status ScanSegment(uint64_t segment, const RecordVisitor& visitor) const;
+
   // Deletes (or keeps for recycling) every segment whose whole range lies below
   // `frontier`, except the segment being written. The caller guarantees that no
   // checkpoint recovery could start from still points into them.

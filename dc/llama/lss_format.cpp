@@ -133,6 +133,7 @@ void EncodeRecord(const RecordHeader& h, Slice payload, char* dst) {
   EncodeFixed64(dst + 16, h.pid);
   EncodeFixed64(dst + 24, h.prev);
   EncodeFixed64(dst + 32, h.annotation);
+  EncodeFixed64(dst + 40, h.bound);
   if (!payload.empty() && payload.data() != dst + kRecordHeaderSize) {
     std::memmove(dst + kRecordHeaderSize, payload.data(), payload.size());
   }
@@ -157,6 +158,7 @@ Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
   h.pid = DecodeFixed64(p + 16);
   h.prev = DecodeFixed64(p + 24);
   h.annotation = DecodeFixed64(p + 32);
+  h.bound = DecodeFixed64(p + 40);
   if (data.size() - kRecordHeaderSize < h.length) {
     return Status::Corruption("record: payload of " + std::to_string(h.length) +
                               " bytes runs past its buffer");
@@ -168,13 +170,18 @@ Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
   return h;
 }
 
-LssAddress NextBufferBase(LssAddress base, uint64_t used, uint64_t segment_size) {
-  LssAddress next = (base + kBufferHeaderSize + used + kBufferAlign - 1) & ~(kBufferAlign - 1);
-  const LssAddress segment_end = (SegmentOf(base, segment_size) + 1) * segment_size;
-  if (next + kMinBufferSpan > segment_end) {
-    next = FirstBufferBase(SegmentOf(base, segment_size) + 1, segment_size);
-  }
+LssAddress BufferBaseAtOrAfter(LssAddress a, uint64_t segment_size) {
+  // `a` is at most the end of a segment, which belongs to the segment before.
+  const uint64_t segment = SegmentOf(a == 0 ? 0 : a - 1, segment_size);
+  LssAddress next = (a + kBufferAlign - 1) & ~(kBufferAlign - 1);
+  if (next < FirstBufferBase(segment, segment_size)) next = FirstBufferBase(segment, segment_size);
+  const LssAddress segment_end = (segment + 1) * segment_size;
+  if (next + kMinBufferSpan > segment_end) next = FirstBufferBase(segment + 1, segment_size);
   return next;
+}
+
+LssAddress NextBufferBase(LssAddress base, uint64_t used, uint64_t segment_size) {
+  return BufferBaseAtOrAfter(base + kBufferHeaderSize + used, segment_size);
 }
 
 uint64_t BufferCapacity(LssAddress base, uint64_t buffer_size, uint64_t segment_size) {

@@ -83,6 +83,7 @@ struct RecordHeader {
   PageId pid = 0;
   LssAddress prev = kNullAddress;
   uint64_t annotation = 0;
+  uint64_t bound = 0;              // the flush's tag bound (page records)
 };
 // Bytes a record with `payload` bytes occupies, padding included.
 constexpr size_t RecordSpan(size_t payload) {
@@ -103,6 +104,8 @@ constexpr uint64_t OffsetInSegment(LssAddress a, uint64_t segment_size) {
 constexpr LssAddress FirstBufferBase(uint64_t segment, uint64_t segment_size) {
   return segment * segment_size + kSegmentHeaderArea;
 }
+// The first buffer base at or after `a` (a buffer end, or a buffer base).
+LssAddress BufferBaseAtOrAfter(LssAddress a, uint64_t segment_size);
 // Where the buffer after one at `base` holding `used` record bytes starts.
 LssAddress NextBufferBase(LssAddress base, uint64_t used, uint64_t segment_size);
 // Most record bytes a buffer at `base` may hold, given the buffer size limit.

@@ -13,9 +13,9 @@
 //     entries_crc covers their entry_count * 8 bytes.
 // A file is valid when it is exactly 64 + 8 * entry_count bytes long, its
 // magic and both CRCs match and its format_version is not 0 (one above
-// kFormatVersion is an error, NotSupported, not a torn file). The
-// file is rewritten in place (no rename): the slot being written only ever
-// holds the older of the two checkpoints, and a torn write fails a check.
+// kFormatVersion is an error, NotSupported, not a torn file). The file is
+// rewritten in place (no rename): the slot being written only ever holds the
+// older of the two checkpoints, and a torn write fails a check.
 //
 // Thread safety: free functions; callers serialize writes to one directory.
 #pragma once
@@ -47,8 +47,8 @@ std::string CheckpointFileName(int slot);  // "ckpt-0" / "ckpt-1"
 // Writes `data` to dir/ckpt-(sequence % 2) and syncs it and the directory.
 // (The directory every time, not only when the file is new: a file created by
 // a process that crashed before its directory sync exists but is not durable.)
-// Only an OK return makes the checkpoint count; after
-// an error the slot may hold a torn file, which readers skip.
+// Only an OK return makes the checkpoint count; after an error the slot may
+// hold a torn file, which readers skip.
 // REQUIRES: dir exists; data.sequence is one above the newest valid
 // checkpoint's (any value when there is none), and a failed write is retried
 // with the same sequence: the slot written must never hold the newest valid

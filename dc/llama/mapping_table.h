@@ -77,9 +77,9 @@ class MappingTable {
   };
 
   // REQUIRES: epochs outlives every use of the table (see "Destruction" for
-  // the destructor). max_pages is clamped to
-  // [1, kMaxPid + 1]; PIDs 1 .. max_pages - 1 are usable. If the address space
-  // cannot be reserved, capacity() is 0 and Allocate fails (NoSpace).
+  // the destructor). max_pages is clamped to [1, kMaxPid + 1]; PIDs 1 ..
+  // max_pages - 1 are usable. If the address space cannot be reserved,
+  // capacity() is 0 and Allocate fails (NoSpace).
   MappingTable(EpochManager* epochs, Options options);
   // REQUIRES: pending_frees() == 0 (see "Destruction" above).
   ~MappingTable();

@@ -10,6 +10,12 @@
 //     entries_crc u32, header_crc u32 (over the preceding 60 bytes)
 //   entries: entry_count u64 values; entry i is page (i + 1)'s LSS address,
 //     0 for a free page, kEmptyPageEntry for an allocated page with no state.
+//     entries_crc covers their entry_count * 8 bytes.
+// A file is valid when it is exactly 64 + 8 * entry_count bytes long, its
+// magic and both CRCs match and its format_version is not 0 (one above
+// kFormatVersion is an error, NotSupported, not a torn file). The file is
+// rewritten in place (no rename): the slot being written only ever holds the
+// older of the two checkpoints, and a torn write fails a check.
 //
 // Thread safety: free functions; callers serialize writes to one directory.
 #pragma once
@@ -38,13 +44,24 @@ struct CheckpointData {
 
 std::string CheckpointFileName(int slot);  // "ckpt-0" / "ckpt-1"
 
-// Writes `data` to dir/ckpt-(sequence % 2) and syncs it (and the directory
-// when the file is new).
+// Writes `data` to dir/ckpt-(sequence % 2) and syncs it and the directory.
+// (The directory every time, not only when the file is new: a file created by
+// a process that crashed before its directory sync exists but is not durable.)
+// Only an OK return makes the checkpoint count; after an error the slot may
+// hold a torn file, which readers skip.
+// REQUIRES: dir exists; data.sequence is one above the newest valid
+// checkpoint's (any value when there is none), and a failed write is retried
+// with the same sequence: the slot written must never hold the newest valid
+// checkpoint, or a crash during the write could leave none.
 Status WriteCheckpoint(Env* env, const std::string& dir, const CheckpointData& data);
 
 // The valid checkpoint with the highest sequence; the other one when the
-// newest is torn or corrupt. NotFound when neither is valid; StoreMismatch
-// when a valid one belongs to another store.
+// newest is torn or corrupt. NotFound when neither is valid (missing, torn or
+// corrupt; the message says why for each slot); StoreMismatch when a valid
+// one belongs to another store (store_id 0 accepts any store; real store ids
+// are never 0); NotSupported when a valid one has a newer format_version; an
+// I/O error reading a slot is returned as is, since the slot might have held
+// the newest checkpoint.
 Result<CheckpointData> ReadLatestCheckpoint(Env* env, const std::string& dir,
                                             uint64_t store_id);
 

@@ -7,7 +7,9 @@
 //   bits 32..47  active: reservations not yet committed or voided, plus one
 //                while the sealer holds its pin (below)
 //   bit  48      sealed
-//   bits 49..63  generation (15 bits, wrapping)
+//   bits 49..63  generation (15 bits, wrapping: a thread would have to stall
+//                between two loads of the word while one slot is written
+//                32768 times for a stale CAS to succeed)
 // An idle buffer (its last I/O done, free for the ring to reuse) is sealed
 // with offset 0 and active 0. A buffer that was sealed in use always has
 // offset > 0: Reserve never seals an empty buffer (it pads it with a void
@@ -28,6 +30,21 @@
 // seals are serialized: the sealer of slot k waits for slot k + 1 to be idle,
 // opens it (base, capacity, index, then current_, then the state word), and
 // only then can anyone seal it.
+//
+// I/O: the issuer (or an I/O thread) fills the buffer header, writes the
+// buffer padded to 4096 bytes with one WriteAt and syncs the segment file;
+// WriteAts to one file run concurrently, a Sync excludes them (the Env's
+// rule), and a Sync covers every write completed before it began, so
+// concurrent buffers share syncs. Completion, under mu_, records the buffer's
+// end by sequence and moves Hi-Stable over the contiguous prefix (I5), then
+// makes the slot idle. After an error (I6) later buffers are not written, but
+// their slots still become idle so that no thread waits forever.
+//
+// Segment files are created on first write, in segment order, with a synced
+// header and a synced directory entry, or renamed from the recycle pool
+// ("<16 hex>.free"). Recovery cuts a torn tail by truncating the file at the
+// first invalid buffer (deleting it when that is its first buffer) and
+// deleting every later segment file.
 //
 // Memory orders (everything not named here is seq_cst):
 //   - state words: CAS and fetch_sub are acq_rel, loads acquire. A Commit's
@@ -185,6 +202,8 @@ class LogStructuredStore::Impl {
  private:
   // One slot of the ring. Aligned so that state words do not share lines.
   struct alignas(64) FlushBuffer {
+    // acq_rel RMWs / acquire loads: publishes record bytes to the I/O and
+    // the slot's fields to reservers (see Memory orders above).
     std::atomic<uint64_t> state{IdleState(0)};
     // Set by the opener before the release store that opens the slot; read
     // after an acquire load of the state, and re-validated (I2).
@@ -267,7 +286,9 @@ class LogStructuredStore::Impl {
 
   std::unique_ptr<char, FreeDeleter> memory_;
   std::unique_ptr<FlushBuffer[]> ring_;
-  std::atomic<uint64_t> current_{0};   // ring index (unbounded) of the open slot (I4)
+  // Ring index (unbounded) of the open slot (I4). Release by the opener,
+  // acquire by readers: whoever sees the index sees the slot's base.
+  std::atomic<uint64_t> current_{0};
   std::atomic<bool> recovered_{false};
   uint64_t sequence_origin_ = 1;       // sequence of ring index 0; set by Recover
 

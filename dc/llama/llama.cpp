@@ -1,0 +1,1207 @@
+#include "dc/llama/llama.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <thread>
+
+#include <sys/mman.h>
+
+#include "common/coding.h"
+#include "common/logging.h"
+#include "dc/llama/checkpoint.h"
+
+namespace deuteron::llama {
+
+// Bytes of nodes the cache holds, summed over per-thread shards so that
+// allocation does not bounce one cache line between threads. Relaxed: the
+// total is a statistic and a budget signal, never used to order memory.
+class Llama::MemoryCounter {
+ public:
+  void Add(int64_t n) { shards_[ShardIndex()].bytes.fetch_add(n, std::memory_order_relaxed); }
+  int64_t Total() const {
+    int64_t t = 0;
+    for (const auto& s : shards_) t += s.bytes.load(std::memory_order_relaxed);
+    return t;
+  }
+
+ private:
+  static constexpr size_t kShards = 16;
+  struct alignas(64) Shard {
+    std::atomic<int64_t> bytes{0};
+  };
+  static size_t ShardIndex() {
+    thread_local const size_t index = std::hash<std::thread::id>()(std::this_thread::get_id()) % kShards;
+    return index;
+  }
+  Shard shards_[kShards];
+};
+
+// What a walk down a chain finds (see page_node.h for the flushed-ness rule).
+struct Llama::ChainInfo {
+  bool has_flush = false;            // a kFlush or kPartialSwap node defines flushed-ness
+  uint64_t bound = 0;                // its bound
+  uint64_t flush_seq = 0;            // its seq (a partial swap's seq_hi)
+  uint64_t annotation = 0;
+  LssAddress lss_head = kNullAddress;  // newest LSS state: topmost flush/relocation, or base prior
+  LssAddress lss_end = kNullAddress;
+  const PageNode* base = nullptr;
+  bool base_flushed = false;
+  bool partial_swap = false;
+  std::vector<const PageNode*> unflushed;  // data nodes, chain order
+};
+
+namespace {
+
+// Set while this thread runs the evictor (whose flushes and page loads
+// allocate nodes too, and must not re-enter it) or holds an LSS reservation
+// (the evictor's flushes would reserve again, which the LSS forbids: the ring
+// may need the held reservation's buffer written first).
+thread_local int no_eviction = 0;
+
+struct NoEvictionScope {
+  NoEvictionScope() { ++no_eviction; }
+  ~NoEvictionScope() { --no_eviction; }
+  NoEvictionScope(const NoEvictionScope&) = delete;
+  NoEvictionScope& operator=(const NoEvictionScope&) = delete;
+};
+
+size_t NodeBytes(const PageNode* n) {
+  return n->is_data() ? sizeof(PageNode) + n->size : sizeof(FlushNode);
+}
+
+std::string PageName(PageId pid) { return "page " + std::to_string(pid); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Opening, recovery, closing
+
+Llama::Llama(Env* env, std::string dir, LlamaOptions options)
+    : env_(env),
+      dir_(std::move(dir)),
+      options_(std::move(options)),
+      epochs_(std::make_unique<EpochManager>(options_.epochs)),
+      mapping_(std::make_unique<MappingTable>(epochs_.get(), options_.mapping)),
+      memory_(std::make_unique<MemoryCounter>()) {
+  void* bits = mmap(nullptr, mapping_->capacity(), PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (bits != MAP_FAILED) referenced_ = static_cast<std::atomic<uint8_t>*>(bits);
+}
+
+Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
+                                           const LlamaOptions& options) {
+  std::unique_ptr<Llama> llama(new Llama(env, dir, options));
+  ASSIGN_OR_RETURN(llama->lss_, LogStructuredStore::Open(env, dir, options.lss));
+  RETURN_IF_ERROR(llama->Recover());
+  return llama;
+}
+
+Status Llama::Recover() {
+  const uint64_t segment_size = lss_->identity().segment_size;
+  LssAddress start = kNullAddress;
+  Result<CheckpointData> ckpt = ReadLatestCheckpoint(env_, dir_, lss_->identity().store_id);
+  if (ckpt.ok()) {
+    const CheckpointData& d = *ckpt;
+    checkpoint_sequence_ = d.sequence;
+    // The older checkpoint's RSP is unknown here: release nothing until two
+    // new checkpoints exist.
+    checkpoint_rsp_[0] = 0;
+    checkpoint_rsp_[1] = d.rsp;
+    gc_frontier_.store(d.gc_frontier);
+    cleaned_frontier_ = d.gc_frontier;
+    for (size_t i = 0; i < d.entries.size(); ++i) {
+      const uint64_t e = d.entries[i];
+      if (e == 0) continue;
+      mapping_->RecoverySet(i + 1, e == kEmptyPageEntry ? MappingTable::kEmptyPage
+                                                        : MappingTable::FromLss(e));
+    }
+    mapping_->RecoverySetHighWater(d.entries.size() + 1);
+    start = d.rsp == kNullAddress ? kNullAddress : BufferBaseAtOrAfter(d.rsp, segment_size);
+  } else if (!ckpt.status().IsNotFound()) {
+    return ckpt.status();
+  }
+
+  PageId high_water = mapping_->high_water();
+  RETURN_IF_ERROR(lss_->Recover(
+      start, [&](LssAddress address, const RecordHeader& h, Slice, bool) -> Status {
+        if (h.type == RecordType::kVoid || h.type == RecordType::kTransaction) return Status::OK();
+        if (h.pid == 0 || h.pid >= mapping_->capacity()) {
+          return Status::Corruption("LSS record at " + std::to_string(address) +
+                                    " names impossible " + PageName(h.pid));
+        }
+        switch (h.type) {
+          case RecordType::kBase:
+          case RecordType::kDelta:
+            mapping_->RecoverySet(h.pid, MappingTable::FromLss(address));
+            break;
+          case RecordType::kAllocate:
+            mapping_->RecoverySet(h.pid, MappingTable::kEmptyPage);
+            break;
+          case RecordType::kFree:
+            mapping_->RecoverySet(h.pid, MappingTable::kFree);
+            break;
+          default:
+            break;
+        }
+        high_water = std::max<PageId>(high_water, h.pid + 1);
+        return Status::OK();
+      }));
+  mapping_->RecoverySetHighWater(high_water);
+  mapping_->RebuildFreeList();
+  return Status::OK();
+}
+
+Status Llama::Close() {
+  if (closed_) return Status::OK();
+  closed_ = true;
+  RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+  if (options_.checkpoint_on_close) RETURN_IF_ERROR(Checkpoint());
+  return Status::OK();
+}
+
+Llama::~Llama() {
+  if (!closed_ && lss_ != nullptr) {
+    Status s = Close();
+    if (!s.ok()) DLOG_ERROR("closing LLAMA store {}: {}", dir_, s.ToString());
+  }
+  // No thread uses the cache any more: free the chains still installed, then
+  // run every deferred free (they use the mapping table and memory counter).
+  if (mapping_ != nullptr) {
+    for (PageId pid = 1; pid < mapping_->high_water(); ++pid) {
+      const uint64_t e = mapping_->Load(pid);
+      if (!MappingTable::IsMemory(e)) continue;
+      PageNode* n = MappingTable::ToPointer<PageNode>(e);
+      while (n != nullptr) {
+        PageNode* next = n->next;
+        FreeNode(n);
+        n = next;
+      }
+    }
+  }
+  epochs_.reset();
+  if (referenced_ != nullptr) munmap(referenced_, mapping_->capacity());
+  mapping_.reset();
+  lss_.reset();
+}
+
+// ---------------------------------------------------------------------------
+// Nodes
+
+PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
+  assert(kind == NodeKind::kBase || kind == NodeKind::kDelta);
+  void* mem = ::operator new(sizeof(PageNode) + payload_size);
+  auto* n = new (mem) PageNode{kind, 0, 0, static_cast<uint32_t>(payload_size), 0, tag,
+                               nullptr, kNullAddress};
+  memory_->Add(static_cast<int64_t>(sizeof(PageNode) + payload_size));
+  MaybeEnforceBudget();
+  return n;
+}
+
+FlushNode* Llama::NewFlushNode(NodeKind kind) {
+  void* mem = ::operator new(sizeof(FlushNode));
+  auto* n = new (mem) FlushNode{};
+  n->kind = kind;
+  memory_->Add(static_cast<int64_t>(sizeof(FlushNode)));
+  return n;
+}
+
+void Llama::FreeNode(PageNode* node) {
+  memory_->Add(-static_cast<int64_t>(NodeBytes(node)));
+  ::operator delete(node);
+}
+
+void Llama::DiscardNode(PageNode* node) { FreeNode(node); }
+
+void Llama::DiscardChain(PageNode* head) {
+  while (head != nullptr) {
+    PageNode* next = head->next;
+    FreeNode(head);
+    head = next;
+  }
+}
+
+size_t Llama::ChainBytes(const PageNode* head) const {
+  size_t bytes = 0;
+  for (; head != nullptr; head = head->next) bytes += NodeBytes(head);
+  return bytes;
+}
+
+void Llama::FreeChainDeferred(void* llama, uint64_t head) {
+  static_cast<Llama*>(llama)->DiscardChain(reinterpret_cast<PageNode*>(head));
+}
+
+void Llama::RetireChain(const PageNode* head) {
+  if (head == nullptr) return;
+  epochs_->Defer(&FreeChainDeferred, this, reinterpret_cast<uint64_t>(head), ChainBytes(head));
+}
+
+// ---------------------------------------------------------------------------
+// Chains
+
+void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
+  *info = ChainInfo();
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    switch (n->kind) {
+      case NodeKind::kFlush:
+      case NodeKind::kPartialSwap: {
+        const FlushNode* f = AsFlush(n);
+        if (!info->has_flush) {
+          info->has_flush = true;
+          info->bound = f->tag;
+          info->flush_seq = n->kind == NodeKind::kPartialSwap ? f->seq_hi : f->seq;
+          info->annotation = f->annotation;
+        }
+        if (info->lss_head == kNullAddress) {
+          info->lss_head = f->address;
+          info->lss_end = f->end;
+        }
+        if (n->kind == NodeKind::kPartialSwap) info->partial_swap = true;
+        break;
+      }
+      case NodeKind::kRelocation:
+        if (info->lss_head == kNullAddress) {
+          info->lss_head = AsFlush(n)->address;
+          info->lss_end = AsFlush(n)->end;
+        }
+        break;
+      case NodeKind::kBase:
+      case NodeKind::kDelta: {
+        const bool flushed = info->has_flush && n->tag <= info->bound;
+        if (!flushed) info->unflushed.push_back(n);
+        if (n->kind == NodeKind::kBase) {
+          info->base = n;
+          info->base_flushed = flushed;
+          if (info->lss_head == kNullAddress) info->lss_head = n->prior;
+        }
+        break;
+      }
+    }
+  }
+}
+
+size_t Llama::PagePayloadSize(const std::vector<const PageNode*>& nodes) {
+  size_t bytes = 0;
+  for (const PageNode* n : nodes) {
+    bytes += static_cast<size_t>(VarintLength(n->size) + VarintLength(n->seq) +
+                                 VarintLength(n->tag)) + 1 + n->size;
+  }
+  return bytes;
+}
+
+void Llama::EncodePagePayload(const std::vector<const PageNode*>& nodes, char* dst) {
+  for (const PageNode* n : nodes) {
+    dst = EncodeVarint32(dst, n->size);
+    dst = EncodeVarint64(dst, n->seq);
+    dst = EncodeVarint64(dst, n->tag);
+    *dst++ = static_cast<char>(n->kind);
+    std::memcpy(dst, n->payload(), n->size);
+    dst += n->size;
+  }
+}
+
+Result<PageNode*> Llama::LoadFromLss(LssAddress address, uint64_t* bound, LssAddress* end) {
+  std::vector<PageNode*> nodes;
+  auto fail = [&](Status s) -> Status {
+    for (PageNode* n : nodes) FreeNode(n);
+    return s;
+  };
+  PageId pid = 0;
+  LssAddress a = address;
+  bool first = true;
+  while (a != kNullAddress) {
+    // A state just relocated, or flushed and not yet stable, may still sit in
+    // a flush buffer; the LSS reads only stable records.
+    if (Status s = EnsureStable(a); !s.ok()) return fail(std::move(s));
+    std::string payload;
+    Result<RecordHeader> rh = lss_->ReadRecord(a, &payload);
+    if (!rh.ok()) return fail(rh.status());
+    const RecordHeader& h = *rh;
+    page_load_reads_.fetch_add(1, std::memory_order_relaxed);
+    const std::string where = "LSS record at " + std::to_string(a);
+    if (h.type != RecordType::kBase && h.type != RecordType::kDelta) {
+      return fail(Status::Corruption(where + " is not a page record"));
+    }
+    if (first) {
+      pid = h.pid;
+      *bound = h.bound;
+      *end = a + RecordSpan(h.length);
+      first = false;
+    } else if (h.pid != pid) {
+      return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
+                                     PageName(pid)));
+    }
+    Decoder d{Slice(payload)};
+    for (uint32_t i = 0; i < h.count; ++i) {
+      uint32_t size = 0;
+      uint64_t seq = 0, tag = 0;
+      Slice kind, bytes;
+      if (!d.Varint32(&size) || !d.Varint64(&seq) || !d.Varint64(&tag) || !d.Bytes(1, &kind) ||
+          !d.Bytes(size, &bytes)) {
+        return fail(d.status().WithContext(where));
+      }
+      const auto k = static_cast<NodeKind>(kind[0]);
+      if (k != NodeKind::kBase && k != NodeKind::kDelta) {
+        return fail(Status::Corruption(where + ": piece of unknown kind"));
+      }
+      PageNode* n = NewNode(k, size, tag);
+      n->seq = seq;
+      std::memcpy(n->payload(), bytes.data(), size);
+      nodes.push_back(n);
+    }
+    if (h.type == RecordType::kBase) break;
+    if (h.prev == kNullAddress || h.prev >= a) {
+      return fail(Status::Corruption(where + ": C-delta with bad link " + std::to_string(h.prev)));
+    }
+    a = h.prev;
+  }
+  std::sort(nodes.begin(), nodes.end(),
+            [](const PageNode* x, const PageNode* y) { return x->seq > y->seq; });
+  if (nodes.empty() || nodes.back()->kind != NodeKind::kBase ||
+      std::count_if(nodes.begin(), nodes.end(),
+                    [](const PageNode* n) { return n->kind == NodeKind::kBase; }) != 1) {
+    return fail(Status::Corruption("LSS state of " + PageName(pid) + " at " +
+                                   std::to_string(address) + " has no single base"));
+  }
+  for (size_t i = 0; i + 1 < nodes.size(); ++i) nodes[i]->next = nodes[i + 1];
+  return nodes.front();
+}
+
+Status Llama::EnsureStable(LssAddress a) {
+  // Records never cross buffers: making the byte at `a` stable makes its
+  // whole record stable.
+  if (a < lss_->HiStable()) return Status::OK();
+  return lss_->MakeStable(a + 1);
+}
+
+Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
+  page_loads_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t bound = 0;
+  LssAddress end = kNullAddress;
+  if (MappingTable::IsLss(entry)) {
+    const LssAddress address = MappingTable::ToLss(entry);
+    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(address, &bound, &end));
+    FlushNode* f = NewFlushNode(NodeKind::kFlush);
+    f->seq = chain->seq + 1;
+    f->tag = bound;
+    f->address = address;
+    f->end = end;
+    f->next = chain;
+    uint64_t expected = entry;
+    if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
+      DiscardChain(f);
+      return nullptr;  // raced with another loader or a writer: read again
+    }
+    return f;
+  }
+
+  // A partially swapped page: copies of its unflushed nodes over a
+  // partial-swap node that says where the rest is.
+  const auto* head = MappingTable::ToPointer<const PageNode>(entry);
+  std::vector<const PageNode*> memory_nodes;
+  const PageNode* n = head;
+  for (; n->kind != NodeKind::kPartialSwap; n = n->next) {
+    assert(n->is_data() && (n->flags & kNodeSwapped));
+    memory_nodes.push_back(n);
+  }
+  const FlushNode* ps = AsFlush(n);
+  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(ps->address, &bound, &end));
+
+  // Rebuild: nodes above the old topmost flush, the flush, then the memory
+  // nodes below it merged with the loaded ones, all by seq.
+  std::vector<PageNode*> above, below;
+  for (const PageNode* m : memory_nodes) {
+    PageNode* copy = NewNode(m->kind, m->size, m->tag);
+    copy->seq = m->seq;
+    copy->prior = m->prior;
+    std::memcpy(copy->payload(), m->payload(), m->size);
+    (m->seq > ps->seq_hi ? above : below).push_back(copy);
+  }
+  for (PageNode* l = loaded; l != nullptr; l = l->next) below.push_back(l);
+  std::sort(below.begin(), below.end(),
+            [](const PageNode* x, const PageNode* y) { return x->seq > y->seq; });
+  FlushNode* f = NewFlushNode(NodeKind::kFlush);
+  f->seq = ps->seq_hi;
+  f->tag = ps->tag;
+  f->address = ps->address;
+  f->end = ps->end;
+  f->annotation = ps->annotation;
+  std::vector<PageNode*> chain = std::move(above);
+  chain.push_back(f);
+  chain.insert(chain.end(), below.begin(), below.end());
+  for (size_t i = 0; i < chain.size(); ++i) {
+    chain[i]->next = i + 1 < chain.size() ? chain[i + 1] : nullptr;
+  }
+  uint64_t expected = entry;
+  if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(chain.front()))) {
+    DiscardChain(chain.front());
+    return nullptr;
+  }
+  RetireChain(head);
+  return chain.front();
+}
+
+// ---------------------------------------------------------------------------
+// Page data operations
+
+Result<const PageNode*> Llama::Read(PageId pid) {
+  if (pid == 0 || pid >= mapping_->high_water()) {
+    return Status::NotFound(PageName(pid) + " is not allocated");
+  }
+  for (;;) {
+    const uint64_t e = mapping_->Load(pid);
+    if (MappingTable::IsFree(e)) return Status::NotFound(PageName(pid) + " is not allocated");
+    if (MappingTable::IsEmptyPage(e)) return static_cast<const PageNode*>(nullptr);
+    Touch(pid);
+    if (MappingTable::IsMemory(e)) {
+      const auto* n = MappingTable::ToPointer<const PageNode>(e);
+      if (n->kind != NodeKind::kPartialSwap && (n->flags & kNodeSwapped) == 0) return n;
+    }
+    ASSIGN_OR_RETURN(const PageNode* m, Materialize(pid, e));
+    if (m != nullptr) return m;
+  }
+}
+
+bool Llama::UpdateD(PageId pid, const PageNode* expected, PageNode* delta) {
+  assert(delta->is_data());
+  uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
+  delta->next = const_cast<PageNode*>(expected);
+  delta->seq = expected != nullptr ? expected->seq + 1 : 1;
+  if (mapping_->Cas(pid, exp, MappingTable::FromPointer(delta))) return true;
+  delta->next = nullptr;
+  update_d_failures_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
+  uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
+  // Number the new chain above the old one, and remember where the old
+  // state is in the LSS: until the new base is flushed, that is the page's
+  // durable state (checkpoints and the cleaner need it).
+  size_t length = 0;
+  PageNode* base = nullptr;
+  for (PageNode* n = state; n != nullptr; n = n->next) {
+    assert(n->is_data());
+    ++length;
+    base = n;
+  }
+  assert(base != nullptr && base->kind == NodeKind::kBase);
+  uint64_t seq = (expected != nullptr ? expected->seq : 0) + length;
+  for (PageNode* n = state; n != nullptr; n = n->next) n->seq = seq--;
+  ChainInfo info;
+  AnalyzeChain(expected, &info);
+  base->prior = info.lss_head;
+  if (mapping_->Cas(pid, exp, MappingTable::FromPointer(state))) {
+    RetireChain(expected);
+    return true;
+  }
+  update_r_failures_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+namespace {
+
+// The flush bound actually used: never below the chain's current one, so
+// bounds only grow up a chain (page_node.h).
+uint64_t EffectiveBound(bool has_flush, uint64_t chain_bound, uint64_t max_tag) {
+  return has_flush ? std::max(chain_bound, max_tag) : max_tag;
+}
+
+}  // namespace
+
+Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotation) {
+  ASSIGN_OR_RETURN(const PageNode* head, Read(pid));
+  if (head == nullptr) return FlushResult{};
+  ChainInfo info;
+  AnalyzeChain(head, &info);
+  const uint64_t bound = EffectiveBound(info.has_flush, info.bound, max_tag);
+  std::vector<const PageNode*> selected;
+  for (const PageNode* n : info.unflushed) {
+    if (n->tag <= bound) selected.push_back(n);
+  }
+  const bool whole = info.base != nullptr && !info.base_flushed;
+  if (whole && info.base->tag > bound) return FlushResult{FlushOutcome::kBlocked};
+  if (selected.empty()) return FlushResult{};
+  assert(whole || info.lss_head != kNullAddress);
+
+  const size_t payload = PagePayloadSize(selected);
+  const size_t span = RecordSpan(payload);
+  NoEvictionScope no_eviction_while_reserved;
+  ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(span));
+  FlushNode* f = NewFlushNode(NodeKind::kFlush);
+  f->seq = head->seq + 1;
+  f->tag = bound;
+  f->address = r.address;
+  f->end = r.address + span;
+  f->annotation = annotation;
+  f->next = const_cast<PageNode*>(head);
+  uint64_t expected = MappingTable::FromPointer(head);
+  if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
+    lss_->Void(r);
+    FreeNode(f);
+    flush_failures_.fetch_add(1, std::memory_order_relaxed);
+    return FlushResult{FlushOutcome::kRaced};
+  }
+  // The CAS made this flush the page's newest; now copy (LLAMA 3.2.3 step 4).
+  RecordHeader h;
+  h.type = whole ? RecordType::kBase : RecordType::kDelta;
+  h.length = static_cast<uint32_t>(payload);
+  h.count = static_cast<uint32_t>(selected.size());
+  h.pid = pid;
+  h.prev = whole ? kNullAddress : info.lss_head;
+  h.annotation = annotation;
+  h.bound = bound;
+  EncodePagePayload(selected, r.dst + kRecordHeaderSize);
+  EncodeRecord(h, Slice(r.dst + kRecordHeaderSize, payload), r.dst);
+  lss_->Commit(r);
+
+  size_t change = 0;
+  for (const PageNode* n : selected) change += n->size;
+  flushes_.fetch_add(1, std::memory_order_relaxed);
+  flush_bytes_.fetch_add(span, std::memory_order_relaxed);
+  change_bytes_.fetch_add(change, std::memory_order_relaxed);
+  MaybeClean(r.address);
+  return FlushResult{FlushOutcome::kFlushed, r.address, r.address + span, span};
+}
+
+bool Llama::SwapOut(PageId pid) {
+  if (pid == 0 || pid >= mapping_->high_water()) return false;
+  const uint64_t e = mapping_->Load(pid);
+  if (!MappingTable::IsMemory(e)) return false;
+  const auto* head = MappingTable::ToPointer<const PageNode>(e);
+  if (head->kind == NodeKind::kPartialSwap || (head->flags & kNodeSwapped) != 0) return false;
+  {
+    std::lock_guard<std::mutex> lock(att_mu_);
+    if (private_pages_.count(pid) != 0) return false;
+  }
+  ChainInfo info;
+  AnalyzeChain(head, &info);
+  // Only parts that are flushed and stable leave memory, so a page is always
+  // read back from durable records.
+  if (!info.has_flush || info.lss_head == kNullAddress || info.lss_end > lss_->HiStable()) {
+    return false;
+  }
+  if (info.unflushed.empty()) {
+    uint64_t expected = e;
+    if (!mapping_->Cas(pid, expected, MappingTable::FromLss(info.lss_head))) return false;
+    RetireChain(head);
+    swap_outs_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  FlushNode* ps = NewFlushNode(NodeKind::kPartialSwap);
+  ps->seq = info.flush_seq;
+  ps->seq_hi = info.flush_seq;
+  ps->tag = info.bound;
+  ps->address = info.lss_head;
+  ps->end = info.lss_end;
+  ps->annotation = info.annotation;
+  PageNode* top = ps;
+  for (auto it = info.unflushed.rbegin(); it != info.unflushed.rend(); ++it) {
+    const PageNode* m = *it;
+    PageNode* copy = NewNode(m->kind, m->size, m->tag);
+    copy->seq = m->seq;
+    copy->prior = m->prior;
+    copy->flags = kNodeSwapped;
+    std::memcpy(copy->payload(), m->payload(), m->size);
+    copy->next = top;
+    top = copy;
+  }
+  uint64_t expected = e;
+  if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(top))) {
+    DiscardChain(top);
+    return false;
+  }
+  RetireChain(head);
+  partial_swaps_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Memory budget and eviction
+
+void Llama::Touch(PageId pid) {
+  // Relaxed: a reference bit is a hint; test before set so hot pages do not
+  // bounce the line between readers.
+  if (referenced_ != nullptr && referenced_[pid].load(std::memory_order_relaxed) == 0) {
+    referenced_[pid].store(1, std::memory_order_relaxed);
+  }
+}
+
+size_t Llama::MemoryUsage() const {
+  const int64_t nodes = std::max<int64_t>(0, memory_->Total());
+  // The reference bits cost one byte per page below the high-water mark.
+  return static_cast<size_t>(nodes) + mapping_->MemoryUsage() + mapping_->high_water();
+}
+
+
+void Llama::MaybeEnforceBudget() {
+  if (options_.memory_budget == 0 || no_eviction > 0) return;
+  // Checking the sum of the counter's shards on every allocation would cost
+  // more than the allocation; every 64th is enough to stay within the budget.
+  thread_local uint32_t calls = 0;
+  if ((++calls & 63) != 0) return;
+  if (MemoryUsage() <= options_.memory_budget) return;
+  // Called with a guard held (the caller is building a node): eviction can
+  // swap out but garbage is reclaimed by the next guard-free caller.
+  Status s = EnforceBudget();
+  if (!s.ok()) DLOG_WARN("eviction in {}: {}", dir_, s.ToString());
+}
+
+Status Llama::EnforceBudget() {
+  if (options_.memory_budget == 0) return Status::OK();
+  const size_t target = static_cast<size_t>(static_cast<double>(options_.memory_budget) *
+                                            options_.eviction_target);
+  // Far over budget, wait for the running evictor; slightly over, leave it to it.
+  std::unique_lock<std::mutex> lock(evict_mu_, std::defer_lock);
+  if (MemoryUsage() > options_.memory_budget + options_.memory_budget / 20) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return Status::OK();
+  }
+  NoEvictionScope scope;
+  eviction_passes_.fetch_add(1, std::memory_order_relaxed);
+  epochs_->TryReclaim();
+  const uint64_t bound =
+      options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
+  // Two sweeps: the first clears reference bits, the second finds them clear.
+  // Pages that need a flush first are flushed in a batch, made stable once,
+  // then swapped out.
+  std::vector<PageId> flushed;
+  const PageId high_water = mapping_->high_water();
+  for (uint64_t visited = 0; visited < 2 * high_water && MemoryUsage() > target; ++visited) {
+    if (clock_hand_ >= high_water || clock_hand_ == 0) clock_hand_ = 1;
+    const PageId pid = clock_hand_++;
+    if (!MappingTable::IsMemory(mapping_->Load(pid))) continue;
+    if (referenced_ != nullptr && referenced_[pid].load(std::memory_order_relaxed) != 0) {
+      referenced_[pid].store(0, std::memory_order_relaxed);
+      continue;
+    }
+    auto guard = Enter();
+    if (SwapOut(pid)) continue;
+    {
+      std::lock_guard<std::mutex> att(att_mu_);
+      if (private_pages_.count(pid) != 0) continue;
+    }
+    Result<FlushResult> r = Flush(pid, bound, 0);
+    if (!r.ok()) return r.status();
+    if (r->outcome == FlushOutcome::kFlushed) {
+      eviction_flushes_.fetch_add(1, std::memory_order_relaxed);
+    }
+    // Flushed now, or flushed before but not yet stable: swap out once stable.
+    if (r->outcome == FlushOutcome::kFlushed || r->outcome == FlushOutcome::kClean) {
+      flushed.push_back(pid);
+    }
+    if (flushed.size() >= 64) {
+      RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+      for (PageId f : flushed) SwapOut(f);
+      flushed.clear();
+    }
+  }
+  if (!flushed.empty()) {
+    RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+    auto guard = Enter();
+    for (PageId f : flushed) SwapOut(f);
+  }
+  epochs_->TryReclaim();
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// System transactions
+
+
+bool Llama::SystemTxn::Owns(PageId pid) const {
+  return std::find(allocated_.begin(), allocated_.end(), pid) != allocated_.end();
+}
+
+std::unique_ptr<Llama::SystemTxn> Llama::TBegin() {
+  return std::make_unique<SystemTxn>(next_tid_.fetch_add(1, std::memory_order_relaxed));
+}
+
+Result<PageId> Llama::TAllocate(SystemTxn* txn) {
+  assert(!txn->finished_);
+  ASSIGN_OR_RETURN(PageId pid, mapping_->Allocate());
+  txn->allocated_.push_back(pid);
+  std::lock_guard<std::mutex> lock(att_mu_);
+  private_pages_.insert(pid);
+  return pid;
+}
+
+Status Llama::TFree(SystemTxn* txn, PageId pid) {
+  assert(!txn->finished_);
+  if (pid == 0 || pid >= mapping_->high_water() || MappingTable::IsFree(mapping_->Load(pid))) {
+    return Status::InvalidArgument("cannot free " + PageName(pid) + ": not allocated");
+  }
+  if (txn->Owns(pid) || std::find(txn->freed_.begin(), txn->freed_.end(), pid) != txn->freed_.end()) {
+    return Status::InvalidArgument("cannot free " + PageName(pid) + " twice in one transaction");
+  }
+  txn->freed_.push_back(pid);
+  return Status::OK();
+}
+
+Result<bool> Llama::TUpdateD(SystemTxn* txn, PageId pid, const PageNode* expected,
+                             PageNode* delta) {
+  assert(!txn->finished_);
+  if (!txn->Owns(pid)) {
+    return Status::InvalidArgument("system transaction updates only pages it allocated; " +
+                                   PageName(pid) + " is not one");
+  }
+  return UpdateD(pid, expected, delta);
+}
+
+namespace {
+
+// One page written by a commit.
+struct PagePlan {
+  PageId pid = 0;
+  const PageNode* head = nullptr;  // state the flush node goes on
+  std::vector<const PageNode*> selected;
+  bool whole = false;
+  LssAddress prev = kNullAddress;
+  uint64_t bound = 0;
+  size_t payload = 0;
+  FlushNode* flush = nullptr;
+  uint64_t installed_over = 0;     // entry replaced by the flush node (private pages)
+};
+
+}  // namespace
+
+Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected,
+                            PageNode* final_delta, uint64_t max_tag, uint64_t annotation) {
+  assert(!txn->finished_);
+  assert((pid == 0) == (final_delta == nullptr));
+  if (final_delta != nullptr) {
+    final_delta->next = const_cast<PageNode*>(expected);
+    final_delta->seq = expected != nullptr ? expected->seq + 1 : 1;
+  }
+
+  // Plan every page the transaction changed, the final page included.
+  std::vector<PagePlan> plans;
+  auto plan_page = [&](PageId p, const PageNode* head) -> Status {
+    if (head == nullptr) return Status::OK();  // still empty: its kAllocate says all
+    ChainInfo info;
+    AnalyzeChain(head, &info);
+    PagePlan plan;
+    plan.pid = p;
+    plan.head = head;
+    plan.bound = EffectiveBound(info.has_flush, info.bound, max_tag);
+    for (const PageNode* n : info.unflushed) {
+      if (n->tag <= plan.bound) plan.selected.push_back(n);
+    }
+    plan.whole = info.base != nullptr && !info.base_flushed;
+    if (plan.whole && info.base->tag > plan.bound) {
+      return Status::InvalidArgument(PageName(p) + "'s base (tag " + std::to_string(info.base->tag) +
+                                     ") cannot be flushed under bound " + std::to_string(max_tag));
+    }
+    if (plan.selected.empty()) return Status::OK();
+    plan.prev = plan.whole ? kNullAddress : info.lss_head;
+    plan.payload = PagePayloadSize(plan.selected);
+    plans.push_back(std::move(plan));
+    return Status::OK();
+  };
+  for (PageId p : txn->allocated_) {
+    if (p == pid) continue;
+    const uint64_t e = mapping_->Load(p);
+    RETURN_IF_ERROR(plan_page(p, MappingTable::IsMemory(e) ? MappingTable::ToPointer<PageNode>(e)
+                                                           : nullptr));
+  }
+  if (final_delta != nullptr) RETURN_IF_ERROR(plan_page(pid, final_delta));
+
+  // Reserve one transaction record holding every inner record.
+  size_t inner = RecordSpan(0) * (txn->allocated_.size() + txn->freed_.size());
+  for (const PagePlan& plan : plans) inner += RecordSpan(plan.payload);
+  const size_t count = txn->allocated_.size() + txn->freed_.size() + plans.size();
+  NoEvictionScope no_eviction_while_reserved;
+  ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(RecordSpan(inner)));
+
+  // Addresses of the inner records, in the order they will be written:
+  // allocations, page states, frees.
+  LssAddress at = r.address + kRecordHeaderSize + RecordSpan(0) * txn->allocated_.size();
+  for (PagePlan& plan : plans) {
+    FlushNode* f = NewFlushNode(NodeKind::kFlush);
+    f->seq = plan.head->seq + 1;
+    f->tag = plan.bound;
+    f->address = at;
+    f->end = at + RecordSpan(plan.payload);
+    f->annotation = annotation;
+    f->next = const_cast<PageNode*>(plan.head);
+    plan.flush = f;
+    at = f->end;
+  }
+
+  // Install the flush nodes on the private pages, then the final update: the
+  // commit point. Undo the private installs if the final CAS fails.
+  auto undo = [&](size_t installed) {
+    for (size_t i = 0; i < installed; ++i) {
+      uint64_t e = MappingTable::FromPointer(plans[i].flush);
+      const bool ok = mapping_->Cas(plans[i].pid, e, plans[i].installed_over);
+      assert(ok && "private page changed under its system transaction");
+      (void)ok;
+    }
+    for (PagePlan& plan : plans) FreeNode(plan.flush);
+  };
+  size_t installed = 0;
+  for (PagePlan& plan : plans) {
+    if (plan.pid == pid) continue;
+    plan.installed_over = MappingTable::FromPointer(plan.head);
+    uint64_t e = plan.installed_over;
+    if (!mapping_->Cas(plan.pid, e, MappingTable::FromPointer(plan.flush))) {
+      undo(installed);
+      lss_->Void(r);
+      return Status::Internal(PageName(plan.pid) + " changed while private to a system transaction");
+    }
+    ++installed;
+  }
+  // Plans of private pages come first (the final page's plan is last).
+  if (final_delta != nullptr) {
+    const bool final_planned = !plans.empty() && plans.back().pid == pid;
+    uint64_t e = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
+    const uint64_t desired = final_planned ? MappingTable::FromPointer(plans.back().flush)
+                                           : MappingTable::FromPointer(final_delta);
+    if (!mapping_->Cas(pid, e, desired)) {
+      undo(installed);
+      lss_->Void(r);
+      final_delta->next = nullptr;
+      update_d_failures_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+
+  // Committed in memory; copy the records (LLAMA 5.3.1).
+  char* out = r.dst + kRecordHeaderSize;
+  auto put = [&](const RecordHeader& h, const std::vector<const PageNode*>* nodes, size_t payload) {
+    if (nodes != nullptr) EncodePagePayload(*nodes, out + kRecordHeaderSize);
+    EncodeRecord(h, Slice(out + kRecordHeaderSize, payload), out);
+    out += RecordSpan(payload);
+  };
+  for (PageId p : txn->allocated_) {
+    RecordHeader h;
+    h.type = RecordType::kAllocate;
+    h.pid = p;
+    h.annotation = annotation;
+    put(h, nullptr, 0);
+  }
+  for (const PagePlan& plan : plans) {
+    RecordHeader h;
+    h.type = plan.whole ? RecordType::kBase : RecordType::kDelta;
+    h.length = static_cast<uint32_t>(plan.payload);
+    h.count = static_cast<uint32_t>(plan.selected.size());
+    h.pid = plan.pid;
+    h.prev = plan.prev;
+    h.annotation = annotation;
+    h.bound = plan.bound;
+    put(h, &plan.selected, plan.payload);
+  }
+  for (PageId p : txn->freed_) {
+    RecordHeader h;
+    h.type = RecordType::kFree;
+    h.pid = p;
+    h.annotation = annotation;
+    put(h, nullptr, 0);
+  }
+  RecordHeader outer;
+  outer.type = RecordType::kTransaction;
+  outer.length = static_cast<uint32_t>(inner);
+  outer.count = static_cast<uint32_t>(count);
+  outer.annotation = annotation;
+  EncodeRecord(outer, Slice(r.dst + kRecordHeaderSize, inner), r.dst);
+  lss_->Commit(r);
+
+  for (PageId p : txn->freed_) {
+    const uint64_t e = mapping_->Load(p);
+    mapping_->Free(p);
+    if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
+  }
+  {
+    std::lock_guard<std::mutex> lock(att_mu_);
+    for (PageId p : txn->allocated_) private_pages_.erase(p);
+  }
+  txn->finished_ = true;
+  txn_commits_.fetch_add(1, std::memory_order_relaxed);
+  flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
+  flush_bytes_.fetch_add(RecordSpan(inner), std::memory_order_relaxed);
+  return true;
+}
+
+void Llama::TAbort(SystemTxn* txn) {
+  assert(!txn->finished_);
+  for (PageId p : txn->allocated_) {
+    const uint64_t e = mapping_->Load(p);
+    mapping_->Free(p);
+    if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
+  }
+  {
+    std::lock_guard<std::mutex> lock(att_mu_);
+    for (PageId p : txn->allocated_) private_pages_.erase(p);
+  }
+  txn->finished_ = true;
+  txn_aborts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Checkpoint
+
+Status Llama::Checkpoint() {
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  CheckpointData d;
+  d.store_id = lss_->identity().store_id;
+  d.sequence = checkpoint_sequence_ + 1;
+  // Every reservation below Hi-Stable has finished its CAS (its buffer was
+  // written only once its writers were done), so each state the table shows
+  // from here on is either captured below or replayed from the RSP.
+  d.rsp = lss_->HiStable();
+  std::unordered_set<PageId> private_pages;
+  {
+    std::lock_guard<std::mutex> att(att_mu_);
+    private_pages = private_pages_;
+  }
+  const PageId high_water = mapping_->high_water();
+  d.entries.assign(high_water - 1, 0);
+  constexpr PageId kPagesPerGuard = 4096;  // let reclamation progress on big tables
+  for (PageId first = 1; first < high_water; first += kPagesPerGuard) {
+    auto guard = Enter();
+    for (PageId pid = first; pid < std::min(high_water, first + kPagesPerGuard); ++pid) {
+      const uint64_t e = mapping_->Load(pid);
+      uint64_t& out = d.entries[pid - 1];
+      if (MappingTable::IsFree(e) || private_pages.count(pid) != 0) {
+        out = 0;
+      } else if (MappingTable::IsEmptyPage(e)) {
+        out = kEmptyPageEntry;
+      } else if (MappingTable::IsLss(e)) {
+        out = MappingTable::ToLss(e);
+      } else {
+        ChainInfo info;
+        AnalyzeChain(MappingTable::ToPointer<PageNode>(e), &info);
+        out = info.lss_head != kNullAddress ? info.lss_head : kEmptyPageEntry;
+      }
+    }
+  }
+  // What the entries point at must be durable before the checkpoint is.
+  RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+  d.gc_frontier = gc_frontier_.load();
+  RETURN_IF_ERROR(WriteCheckpoint(env_, dir_, d));
+  checkpoint_sequence_ = d.sequence;
+  checkpoint_rsp_[0] = checkpoint_rsp_[1];
+  checkpoint_rsp_[1] = d.rsp;
+  checkpoints_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+// Cleaning
+
+void Llama::MaybeClean(LssAddress flushed_at) {
+  if (options_.cleaning_trigger_segments == 0) return;
+  // Only the flush that first lands in a new segment looks (cheap otherwise).
+  const uint64_t segment = SegmentOf(flushed_at, lss_->identity().segment_size);
+  uint64_t seen = tail_segment_seen_.load(std::memory_order_relaxed);
+  if (segment <= seen ||
+      !tail_segment_seen_.compare_exchange_strong(seen, segment, std::memory_order_relaxed)) {
+    return;
+  }
+  const uint64_t held = lss_->TailSegment() - lss_->LowestSegment() + 1;
+  if (held <= options_.cleaning_trigger_segments) return;
+  // try_lock: a cleaner may be running already, possibly on this very thread
+  // (its relocations allocate nodes, which may evict, which may flush).
+  std::unique_lock<std::mutex> lock(clean_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  Result<CleanResult> r =
+      CleanLocked(held - std::max<size_t>(options_.cleaning_target_segments, 1));
+  if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());
+}
+
+Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result) {
+  for (;;) {
+    auto guard = Enter();
+    if (pid == 0 || pid >= mapping_->high_water()) return Status::OK();
+    const uint64_t e = mapping_->Load(pid);
+    if (MappingTable::IsFree(e) || MappingTable::IsEmptyPage(e)) return Status::OK();
+    const PageNode* head = nullptr;
+    LssAddress at = kNullAddress;
+    bool swapped = false;
+    ChainInfo info;
+    if (MappingTable::IsLss(e)) {
+      at = MappingTable::ToLss(e);
+    } else {
+      head = MappingTable::ToPointer<const PageNode>(e);
+      swapped = head->kind == NodeKind::kPartialSwap || (head->flags & kNodeSwapped) != 0;
+      AnalyzeChain(head, &info);
+      at = info.lss_head;
+    }
+    // Is any record of the page's durable state in the victim range?
+    bool live = false;
+    for (LssAddress a = at; a != kNullAddress && !live;) {
+      if (a >= lo && a < hi) {
+        live = true;
+        break;
+      }
+      RETURN_IF_ERROR(EnsureStable(a));
+      std::string payload;
+      ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecord(a, &payload));
+      if (h.type != RecordType::kDelta) break;
+      a = h.prev;
+    }
+    if (!live) return Status::OK();
+
+    // Rewrite the whole durable state as one kBase record at the tail.
+    uint64_t bound = 0;
+    LssAddress end = kNullAddress;
+    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(at, &bound, &end));
+    std::vector<const PageNode*> pieces;
+    for (const PageNode* n = loaded; n != nullptr; n = n->next) pieces.push_back(n);
+    const size_t payload = PagePayloadSize(pieces);
+    const size_t span = RecordSpan(payload);
+    NoEvictionScope no_eviction_while_reserved;
+    Result<Reservation> rr = lss_->Reserve(span);
+    if (!rr.ok()) {
+      DiscardChain(loaded);
+      return rr.status();
+    }
+    const Reservation r = *rr;
+
+    // The new mapping: an entry, a relocation node, or a rebuilt partial swap.
+    uint64_t desired;
+    PageNode* built = nullptr;
+    if (head == nullptr) {
+      desired = MappingTable::FromLss(r.address);
+    } else if (!swapped) {
+      FlushNode* rel = NewFlushNode(NodeKind::kRelocation);
+      rel->seq = head->seq + 1;
+      rel->address = r.address;
+      rel->end = r.address + span;
+      rel->next = const_cast<PageNode*>(head);
+      built = rel;
+      desired = MappingTable::FromPointer(rel);
+    } else {
+      const PageNode* n = head;
+      std::vector<const PageNode*> copies;
+      for (; n->kind != NodeKind::kPartialSwap; n = n->next) copies.push_back(n);
+      const FlushNode* old_ps = AsFlush(n);
+      FlushNode* ps = NewFlushNode(NodeKind::kPartialSwap);
+      ps->seq = old_ps->seq;
+      ps->seq_hi = old_ps->seq_hi;
+      ps->tag = old_ps->tag;
+      ps->annotation = old_ps->annotation;
+      ps->address = r.address;
+      ps->end = r.address + span;
+      PageNode* top = ps;
+      for (auto it = copies.rbegin(); it != copies.rend(); ++it) {
+        PageNode* c = NewNode((*it)->kind, (*it)->size, (*it)->tag);
+        c->seq = (*it)->seq;
+        c->prior = (*it)->prior;
+        c->flags = (*it)->flags;
+        std::memcpy(c->payload(), (*it)->payload(), (*it)->size);
+        c->next = top;
+        top = c;
+      }
+      built = top;
+      desired = MappingTable::FromPointer(top);
+    }
+    uint64_t expected = e;
+    if (!mapping_->Cas(pid, expected, desired)) {
+      lss_->Void(r);
+      if (built != nullptr) {
+        if (!swapped) built->next = nullptr;
+        DiscardChain(built);
+      }
+      DiscardChain(loaded);
+      continue;  // the page changed: look again
+    }
+    RecordHeader h;
+    h.type = RecordType::kBase;
+    h.length = static_cast<uint32_t>(payload);
+    h.count = static_cast<uint32_t>(pieces.size());
+    h.pid = pid;
+    h.bound = bound;
+    EncodePagePayload(pieces, r.dst + kRecordHeaderSize);
+    EncodeRecord(h, Slice(r.dst + kRecordHeaderSize, payload), r.dst);
+    lss_->Commit(r);
+    if (swapped) RetireChain(head);
+    DiscardChain(loaded);
+    result->pages_relocated++;
+    result->bytes_relocated += span;
+    return Status::OK();
+  }
+}
+
+Result<CleanResult> Llama::Clean(size_t max_segments) {
+  std::lock_guard<std::mutex> lock(clean_mu_);
+  return CleanLocked(max_segments);
+}
+
+Result<CleanResult> Llama::CleanLocked(size_t max_segments) {
+  CleanResult result;
+  const uint64_t segment_size = lss_->identity().segment_size;
+  for (size_t i = 0; i < max_segments; ++i) {
+    const uint64_t victim = std::max(lss_->LowestSegment(), cleaned_frontier_ / segment_size);
+    const LssAddress lo = victim * segment_size;
+    const LssAddress hi = lo + segment_size;
+    // Only whole, stable segments behind the one being written.
+    if (victim >= lss_->TailSegment() || hi > lss_->HiStable()) break;
+    std::vector<PageId> pids;
+    RETURN_IF_ERROR(lss_->ScanSegment(
+        victim, [&](LssAddress, const RecordHeader& h, Slice, bool) -> Status {
+          if (h.type == RecordType::kBase || h.type == RecordType::kDelta) pids.push_back(h.pid);
+          return Status::OK();
+        }));
+    std::sort(pids.begin(), pids.end());
+    pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+    for (PageId pid : pids) RETURN_IF_ERROR(RelocateIfLive(pid, lo, hi, &result));
+    cleaned_frontier_ = hi;
+    result.segments_cleaned++;
+  }
+  if (result.segments_cleaned == 0) return result;
+  // Two checkpoints after the relocations: neither slot can send recovery
+  // into the cleaned segments any more (LLAMA 4.3 and 6.2).
+  gc_frontier_.store(cleaned_frontier_);
+  RETURN_IF_ERROR(Checkpoint());
+  RETURN_IF_ERROR(Checkpoint());
+  LssAddress release;
+  {
+    std::lock_guard<std::mutex> ck(checkpoint_mu_);
+    release = std::min({cleaned_frontier_, checkpoint_rsp_[0], checkpoint_rsp_[1]});
+  }
+  const uint64_t before = lss_->LowestSegment();
+  RETURN_IF_ERROR(lss_->ReleaseSegmentsBelow(release));
+  result.segments_released = lss_->LowestSegment() - before;
+  segments_cleaned_.fetch_add(result.segments_cleaned, std::memory_order_relaxed);
+  pages_relocated_.fetch_add(result.pages_relocated, std::memory_order_relaxed);
+  bytes_relocated_.fetch_add(result.bytes_relocated, std::memory_order_relaxed);
+  return result;
+}
+
+// ---------------------------------------------------------------------------
+// Stats
+
+Llama::Stats Llama::GetStats() const {
+  Stats s;
+  const auto mt = mapping_->GetStats();
+  s.pages = mt.allocated - mt.freed;
+  s.node_bytes = static_cast<uint64_t>(std::max<int64_t>(0, memory_->Total()));
+  s.memory_bytes = MemoryUsage();
+  s.eviction_passes = eviction_passes_.load(std::memory_order_relaxed);
+  s.eviction_flushes = eviction_flushes_.load(std::memory_order_relaxed);
+  s.memory_budget = options_.memory_budget;
+  s.flushes = flushes_.load(std::memory_order_relaxed);
+  s.flush_failures = flush_failures_.load(std::memory_order_relaxed);
+  s.flush_bytes = flush_bytes_.load(std::memory_order_relaxed);
+  s.page_change_bytes = change_bytes_.load(std::memory_order_relaxed);
+  s.swap_outs = swap_outs_.load(std::memory_order_relaxed);
+  s.partial_swaps = partial_swaps_.load(std::memory_order_relaxed);
+  s.page_loads = page_loads_.load(std::memory_order_relaxed);
+  s.page_load_reads = page_load_reads_.load(std::memory_order_relaxed);
+  s.update_d_failures = update_d_failures_.load(std::memory_order_relaxed);
+  s.update_r_failures = update_r_failures_.load(std::memory_order_relaxed);
+  s.txn_commits = txn_commits_.load(std::memory_order_relaxed);
+  s.txn_aborts = txn_aborts_.load(std::memory_order_relaxed);
+  s.checkpoints = checkpoints_.load(std::memory_order_relaxed);
+  s.segments_cleaned = segments_cleaned_.load(std::memory_order_relaxed);
+  s.pages_relocated = pages_relocated_.load(std::memory_order_relaxed);
+  s.bytes_relocated = bytes_relocated_.load(std::memory_order_relaxed);
+  s.lss = lss_->GetStats();
+  return s;
+}
+
+}  // namespace deuteron::llama

@@ -1,0 +1,313 @@
+// Llama: the LLAMA cache layer over the log-structured store (LLAMA paper
+// sections 2, 3, 5 and 6). It knows page states made of nodes, not keys or
+// transactions: an access method (the Bw-tree) builds pages from Update-D and
+// Update-R, flushes them with a tag bound (the DC's ESL), and groups structure
+// changes into system transactions. Design notes: dc/llama/llama.md.
+//
+// Every call that returns or takes a PageNode pointer REQUIRES that the calling
+// thread holds a guard from Enter() for as long as it uses the pointer. A
+// failed CAS is reported to the caller (false), never retried here, except
+// where noted. Nothing blocks except reads from storage, waits for flush
+// buffers whose I/O is in flight, and MakeStable.
+//
+// Thread safety: all methods are thread-safe unless marked otherwise; a
+// SystemTxn is used by one thread at a time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/env.h"
+#include "common/epoch.h"
+#include "common/status.h"
+#include "dc/llama/lss.h"
+#include "dc/llama/mapping_table.h"
+#include "dc/llama/page_node.h"
+
+namespace deuteron::llama {
+
+struct LlamaOptions {
+  LssOptions lss;
+  MappingTable::Options mapping;
+  EpochManager::Options epochs;
+  // Bytes of page nodes, mapping table and garbage waiting for its epoch that
+  // the cache aims to stay under; 0 means no budget.
+  size_t memory_budget = 0;
+  // Write a checkpoint when closing.
+  bool checkpoint_on_close = true;
+  // When swapping out flushed parts is not enough to get under the budget,
+  // the evictor flushes cold pages under this bound (the DC gives its ESL, so
+  // eviction never breaks the WAL rule). Unset: flush with no bound.
+  std::function<uint64_t()> eviction_flush_bound;
+  // Eviction stops once memory is at or below this fraction of the budget.
+  double eviction_target = 0.9;
+  // Cleaning (LLAMA 4.3): when a flush moves the LSS tail into a new segment
+  // and more than `cleaning_trigger_segments` segments are held, that thread
+  // cleans the oldest ones until `cleaning_target_segments` remain. 0: never
+  // automatically (Clean() can still be called).
+  size_t cleaning_trigger_segments = 0;
+  size_t cleaning_target_segments = 0;
+};
+
+struct CleanResult {
+  uint64_t segments_cleaned = 0;
+  uint64_t segments_released = 0;
+  uint64_t pages_relocated = 0;
+  uint64_t bytes_relocated = 0;
+};
+
+// Outcome of a flush.
+enum class FlushOutcome {
+  kFlushed,    // records written to the LSS buffer, flush node installed
+  kClean,      // nothing under the bound was unflushed
+  kBlocked,    // the page's base is unflushed and its tag is above the bound
+  kRaced,      // the page changed between reading and the CAS (space voided)
+};
+
+struct FlushResult {
+  FlushOutcome outcome = FlushOutcome::kClean;
+  LssAddress address = kNullAddress;  // of the record written (kFlushed)
+  LssAddress end = kNullAddress;      // end of that record
+  size_t bytes = 0;                   // record bytes written
+};
+
+class Llama {
+ public:
+  // A system transaction's entry in the active transaction table: what it
+  // allocated and what it will free. Used by one thread; ended by TCommit
+  // (returning true) or TAbort.
+  class SystemTxn {
+   public:
+    explicit SystemTxn(uint64_t tid) : tid_(tid) {}
+    uint64_t tid() const { return tid_; }
+
+   private:
+    friend class Llama;
+    bool Owns(PageId pid) const;
+    const uint64_t tid_;
+    std::vector<PageId> allocated_;
+    std::vector<PageId> freed_;
+    bool finished_ = false;
+  };
+
+  // Opens (creating if absent) the store in `dir`, recovering the mapping
+  // table from the newest valid checkpoint and the LSS after it.
+  static Result<std::unique_ptr<Llama>> Open(Env* env, const std::string& dir,
+                                             const LlamaOptions& options);
+  // Close() if not closed yet (errors are logged).
+  ~Llama();
+  // Makes every completed flush stable and, if configured, checkpoints.
+  // REQUIRES: no other thread uses the cache any more.
+  Status Close();
+
+  [[nodiscard]] EpochManager::Guard Enter() { return epochs_->Enter(); }
+
+  // ---- Page data operations ----
+
+  // The page's current state, newest node first, brought in from the LSS if
+  // it is not in memory (or only partly). Null for an allocated page that has
+  // no state yet; NotFound for a PID that is not allocated.
+  Result<const PageNode*> Read(PageId pid);
+
+  // A data node with room for `payload_size` bytes, for Update-D (kDelta) or
+  // Update-R (kBase). The caller fills payload() and, for chains built for
+  // Update-R, links next. Owned by the caller until a successful update.
+  PageNode* NewNode(NodeKind kind, size_t payload_size, uint64_t tag);
+  // Frees a node that was never published (after a failed Update-D).
+  void DiscardNode(PageNode* node);
+  // Frees a whole chain that was never published (after a failed Update-R).
+  void DiscardChain(PageNode* head);
+
+  // Update-D: prepends `delta` to the state `expected` (null for an empty
+  // page). False when the state has changed; `delta` stays the caller's.
+  bool UpdateD(PageId pid, const PageNode* expected, PageNode* delta);
+  // Update-R: replaces the state `expected` with the chain at `state` (a new
+  // base, possibly under new deltas; none of its nodes may come from another
+  // chain). The old chain is freed after its epoch.
+  bool UpdateR(PageId pid, const PageNode* expected, PageNode* state);
+
+  // A page's flushed state, when written whole (a consolidated base, or the
+  // cleaner making a page contiguous), must fit one flush buffer
+  // (LssOptions::buffer_size); TooLarge otherwise. The access method keeps
+  // pages far smaller (the Bw-tree's node size limit and consolidation).
+  //
+  // Flush (LLAMA 3.2.3): writes the page's unflushed data nodes whose tag is at
+  // most `max_tag` into the LSS buffer (a C-delta, or the whole page when its
+  // base is unflushed) and installs a flush node carrying `annotation`.
+  // Reserve, then CAS, then copy; a failed CAS voids the reserved space.
+  // The records are stable only after MakeStable(result.end).
+  Result<FlushResult> Flush(PageId pid, uint64_t max_tag, uint64_t annotation);
+
+  // Swap-out (LLAMA 3.3): drops the page's flushed and stable part from memory.
+  // A page with nothing unflushed leaves memory entirely (its entry becomes
+  // its LSS address); otherwise copies of its unflushed nodes stay over a
+  // partial-swap node. False when nothing could be dropped (no stable flush,
+  // already swapped, private to a system transaction) or the CAS failed.
+  bool SwapOut(PageId pid);
+
+  // Evicts pages with a CLOCK policy until memory is at or below the target
+  // fraction of the budget, or a full sweep found nothing more to drop.
+  // Threads that allocate nodes call it on their own when over budget; the
+  // caller must not hold an epoch guard (reclamation needs guards released).
+  Status EnforceBudget();
+  size_t MemoryUsage() const;
+
+  // Mk-Stable and Hi-Stable of the LSS.
+  Status MakeStable(LssAddress address) { return lss_->MakeStable(address); }
+  LssAddress HiStable() const { return lss_->HiStable(); }
+  // Where the next flush would be written.
+  LssAddress Tail() const { return lss_->Tail(); }
+
+  // ---- System transactions (LLAMA section 5) ----
+
+  std::unique_ptr<SystemTxn> TBegin();
+  // Allocates a page, private to the transaction until it commits.
+  Result<PageId> TAllocate(SystemTxn* txn);
+  // Frees `pid` when the transaction commits.
+  Status TFree(SystemTxn* txn, PageId pid);
+  // Update-D on a page allocated by this transaction (the SMO template of
+  // LLAMA figure 8: new pages are private until the commit connects them).
+  // InvalidArgument for any other page.
+  Result<bool> TUpdateD(SystemTxn* txn, PageId pid, const PageNode* expected, PageNode* delta);
+  // Commits: installs `final_delta` on `pid` over `expected` (pid 0: no final
+  // update) and writes every page the transaction changed, flushed under
+  // `max_tag`, as one transaction record in the LSS buffer. False when the
+  // final CAS failed: nothing was installed and the transaction stays open (retry
+  // with a fresh `expected`, or abort). InvalidArgument when a changed page
+  // cannot be flushed under `max_tag` (its base tag is above it).
+  Result<bool> TCommit(SystemTxn* txn, PageId pid, const PageNode* expected,
+                       PageNode* final_delta, uint64_t max_tag, uint64_t annotation);
+  // Undoes the transaction in memory: its new pages are freed.
+  void TAbort(SystemTxn* txn);
+
+  // ---- Cleaning ----
+
+  // Cleans up to `max_segments` of the oldest segments: relocates every page
+  // state still living there to the tail, made contiguous, installed by CAS
+  // (retried on conflict); then checkpoints twice, so that no checkpoint
+  // recovery could start from points into them, and releases them.
+  // REQUIRES: the caller holds no epoch guard.
+  Result<CleanResult> Clean(size_t max_segments);
+
+  // ---- Checkpoint ----
+
+  // Writes the mapping table (LSS addresses only) with the recovery start
+  // position to the next checkpoint slot, after making what it references
+  // stable.
+  Status Checkpoint();
+
+  // ---- Introspection ----
+
+  struct Stats {
+    uint64_t pages = 0;              // allocated pages (high water - free)
+    uint64_t memory_bytes = 0;       // node bytes + mapping table (garbage included)
+    uint64_t memory_budget = 0;
+    uint64_t node_bytes = 0;
+    uint64_t flushes = 0;
+    uint64_t flush_failures = 0;     // flush CAS failures (voided)
+    uint64_t flush_bytes = 0;        // record bytes written by flushes
+    uint64_t page_change_bytes = 0;  // payload bytes of the data nodes flushed
+    uint64_t swap_outs = 0;          // pages that left memory entirely
+    uint64_t partial_swaps = 0;      // pages that kept only unflushed nodes
+    uint64_t eviction_passes = 0;
+    uint64_t eviction_flushes = 0;   // flushes the evictor did to make pages evictable
+    uint64_t page_loads = 0;         // pages (or parts) brought in from the LSS
+    uint64_t page_load_reads = 0;    // LSS records read for them
+    uint64_t update_d_failures = 0;
+    uint64_t update_r_failures = 0;
+    uint64_t txn_commits = 0;
+    uint64_t txn_aborts = 0;
+    uint64_t checkpoints = 0;
+    uint64_t segments_cleaned = 0;
+    uint64_t pages_relocated = 0;
+    uint64_t bytes_relocated = 0;
+    LogStructuredStore::Stats lss;
+  };
+  Stats GetStats() const;
+
+  // Test hook: the destructor will not Close(), as after a process crash.
+  void TEST_SkipCloseOnDestroy() { closed_ = true; }
+
+  LogStructuredStore* lss() { return lss_.get(); }
+  MappingTable* mapping_table() { return mapping_.get(); }
+  EpochManager* epochs() { return epochs_.get(); }
+
+ private:
+  struct ChainInfo;
+  class MemoryCounter;
+
+  Llama(Env* env, std::string dir, LlamaOptions options);
+  Status Recover();
+  void Touch(PageId pid);
+  // Relocates the page's LSS state if any record of it lies in [lo, hi).
+  Status RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result);
+  void MaybeClean(LssAddress flushed_at);
+  Result<CleanResult> CleanLocked(size_t max_segments);  // REQUIRES: clean_mu_ held
+  void MaybeEnforceBudget();
+
+  static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // Reads the page's LSS state at `address` and returns its data nodes in
+  // chain order (newest first), linked; *bound is the newest record's bound.
+  Result<PageNode*> LoadFromLss(LssAddress address, uint64_t* bound, LssAddress* end);
+  // Waits until the record at `a` is stable (it may be in a flush buffer).
+  // REQUIRES: the calling thread holds no LSS reservation.
+  Status EnsureStable(LssAddress a);
+  // Brings a wholly or partly swapped-out page into memory.
+  Result<const PageNode*> Materialize(PageId pid, uint64_t entry);
+
+  // Encodes `nodes` (chain order) as a page record's payload.
+  static size_t PagePayloadSize(const std::vector<const PageNode*>& nodes);
+  static void EncodePagePayload(const std::vector<const PageNode*>& nodes, char* dst);
+
+  FlushNode* NewFlushNode(NodeKind kind);
+  void FreeNode(PageNode* node);
+  void RetireChain(const PageNode* head);
+  static void FreeChainDeferred(void* llama, uint64_t head);
+  size_t ChainBytes(const PageNode* head) const;
+
+  Env* const env_;
+  const std::string dir_;
+  const LlamaOptions options_;
+  std::unique_ptr<EpochManager> epochs_;
+  std::unique_ptr<MappingTable> mapping_;
+  std::unique_ptr<LogStructuredStore> lss_;
+  std::unique_ptr<MemoryCounter> memory_;
+
+  // The active transaction table: pages allocated by open system
+  // transactions, private until commit (checkpoints record them as free).
+  std::mutex att_mu_;
+  std::unordered_set<PageId> private_pages_;
+
+  // CLOCK reference bits, one byte per possible PID, reserved like the
+  // mapping table and backed by the OS on first touch.
+  std::atomic<uint8_t>* referenced_ = nullptr;
+  std::mutex evict_mu_;            // one evictor at a time
+  PageId clock_hand_ = 1;          // GUARDED_BY(evict_mu_)
+  std::atomic<uint64_t> eviction_passes_{0}, eviction_flushes_{0};
+
+  std::mutex clean_mu_;                  // one cleaner at a time
+  LssAddress cleaned_frontier_ = 0;      // GUARDED_BY(clean_mu_): all below is cleaned
+  std::atomic<uint64_t> tail_segment_seen_{0};
+  std::atomic<uint64_t> segments_cleaned_{0}, pages_relocated_{0}, bytes_relocated_{0};
+
+  std::mutex checkpoint_mu_;  // serializes checkpoints
+  uint64_t checkpoint_sequence_ = 0;
+  LssAddress checkpoint_rsp_[2] = {0, 0};  // RSPs of the two newest checkpoints
+  std::atomic<LssAddress> gc_frontier_{0};  // recorded in checkpoints
+  bool closed_ = false;
+
+  std::atomic<uint64_t> next_tid_{1};
+  // Relaxed counters: statistics only.
+  std::atomic<uint64_t> flushes_{0}, flush_failures_{0}, flush_bytes_{0}, change_bytes_{0};
+  std::atomic<uint64_t> page_loads_{0}, page_load_reads_{0}, swap_outs_{0}, partial_swaps_{0};
+  std::atomic<uint64_t> update_d_failures_{0}, update_r_failures_{0};
+  std::atomic<uint64_t> txn_commits_{0}, txn_aborts_{0}, checkpoints_{0};
+};
+
+}  // namespace deuteron::llama

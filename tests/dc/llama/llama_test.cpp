@@ -1,0 +1,639 @@
+#include "dc/llama/llama.h"
+
+#include <atomic>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "common/fault_env.h"
+#include "common/random.h"
+
+namespace deuteron::llama {
+namespace {
+
+constexpr uint64_t kAll = ~0ull;
+
+LlamaOptions SmallOptions() {
+  LlamaOptions o;
+  o.lss.segment_size = 1 << 20;
+  o.lss.buffer_size = 64 << 10;
+  o.lss.buffer_count = 4;
+  o.lss.io_threads = 0;
+  o.mapping.max_pages = 1 << 20;
+  return o;
+}
+
+std::unique_ptr<Llama> OpenOrDie(Env* env, const LlamaOptions& o = SmallOptions()) {
+  auto r = Llama::Open(env, "/db", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// Data nodes of a chain, newest first, as "text@tag".
+std::vector<std::string> Contents(const PageNode* head) {
+  std::vector<std::string> out;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (!n->is_data()) continue;
+    out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
+  }
+  return out;
+}
+
+std::vector<std::string> ReadContents(Llama* l, PageId pid) {
+  auto g = l->Enter();
+  auto r = l->Read(pid);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return Contents(*r);
+}
+
+PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view text, uint64_t tag) {
+  PageNode* n = l->NewNode(kind, text.size(), tag);
+  std::memcpy(n->payload(), text.data(), text.size());
+  return n;
+}
+
+// A new page holding a base, committed (and so flushed) by a system transaction.
+PageId CreatePage(Llama* l, std::string_view base, uint64_t tag = 0, uint64_t bound = 0) {
+  auto g = l->Enter();
+  auto txn = l->TBegin();
+  auto pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  auto updated = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, base, tag));
+  REQUIRE(updated.ok());
+  REQUIRE(*updated);
+  auto committed = l->TCommit(txn.get(), 0, nullptr, nullptr, bound, 0);
+  INFO(committed.status().ToString());
+  REQUIRE(committed.ok());
+  REQUIRE(*committed);
+  return *pid;
+}
+
+// Usable from any thread (no Catch assertions): false if a read failed.
+bool TryAddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
+  auto g = l->Enter();
+  PageNode* d = MakeNode(l, NodeKind::kDelta, text, tag);
+  for (;;) {
+    auto head = l->Read(pid);
+    if (!head.ok()) {
+      l->DiscardNode(d);
+      return false;
+    }
+    if (l->UpdateD(pid, *head, d)) return true;
+  }
+}
+
+void AddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
+  REQUIRE(TryAddDelta(l, pid, text, tag));
+}
+
+FlushOutcome FlushPage(Llama* l, PageId pid, uint64_t bound) {
+  auto g = l->Enter();
+  for (;;) {
+    auto r = l->Flush(pid, bound, 7);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    if (r->outcome != FlushOutcome::kRaced) return r->outcome;
+  }
+}
+
+TEST_CASE("Flush writes only deltas under the bound and reload restores chain order",
+          "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  PageId pid;
+  {
+    auto l = OpenOrDie(mem.get());
+    pid = CreatePage(l.get(), "base");
+    // Arrival order is not tag order, as with operations on different keys.
+    AddDelta(l.get(), pid, "a", 100);
+    AddDelta(l.get(), pid, "b", 50);
+    AddDelta(l.get(), pid, "c", 80);
+    CHECK(FlushPage(l.get(), pid, 60) == FlushOutcome::kFlushed);
+    CHECK(FlushPage(l.get(), pid, 60) == FlushOutcome::kClean);
+    CHECK(ReadContents(l.get(), pid) ==
+          std::vector<std::string>{"c@80", "b@50", "a@100", "base@0"});
+    REQUIRE(l->Close().ok());
+  }
+  {
+    auto l = OpenOrDie(mem.get());
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"b@50", "base@0"});
+    // The rest comes later, in a second C-delta.
+    AddDelta(l.get(), pid, "d", 90);
+    CHECK(FlushPage(l.get(), pid, 120) == FlushOutcome::kFlushed);
+    REQUIRE(l->Close().ok());
+  }
+  {
+    auto l = OpenOrDie(mem.get());
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"d@90", "b@50", "base@0"});
+    CHECK(l->GetStats().page_load_reads >= 2);  // two records: C-delta, then the base
+  }
+}
+
+TEST_CASE("Flush bounds never shrink along a chain", "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  auto l = OpenOrDie(mem.get());
+  PageId pid = CreatePage(l.get(), "base");
+  AddDelta(l.get(), pid, "x", 40);
+  CHECK(FlushPage(l.get(), pid, 100) == FlushOutcome::kFlushed);
+  AddDelta(l.get(), pid, "y", 70);
+  // A smaller bound than the page already has is raised to it: y (70 <= 100)
+  // is flushed, as a flush at 100 was already allowed.
+  CHECK(FlushPage(l.get(), pid, 10) == FlushOutcome::kFlushed);
+  REQUIRE(l->Close().ok());
+  auto again = OpenOrDie(mem.get());
+  CHECK(ReadContents(again.get(), pid) == std::vector<std::string>{"y@70", "x@40", "base@0"});
+}
+
+TEST_CASE("Update-R keeps the old LSS state durable until the new base is flushed",
+          "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  PageId pid;
+  {
+    auto l = OpenOrDie(mem.get());
+    pid = CreatePage(l.get(), "base");
+    AddDelta(l.get(), pid, "a", 10);
+    CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
+    {
+      auto g = l->Enter();
+      auto head = l->Read(pid);
+      REQUIRE(head.ok());
+      // Consolidate, keeping a delta above the bound as a delta on top.
+      PageNode* top = MakeNode(l.get(), NodeKind::kDelta, "hot", 900);
+      top->next = MakeNode(l.get(), NodeKind::kBase, "base+a", 300);
+      REQUIRE(l->UpdateR(pid, *head, top));
+    }
+    CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
+    // A checkpoint now must still record the old, flushed state.
+    REQUIRE(l->Checkpoint().ok());
+    REQUIRE(l->Close().ok());
+  }
+  {
+    auto l = OpenOrDie(mem.get());
+    // The consolidation was never flushed: the old, flushed state is back.
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"a@10", "base@0"});
+    CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kClean);
+    {
+      auto g = l->Enter();
+      auto head = l->Read(pid);
+      REQUIRE(head.ok());
+      PageNode* top = MakeNode(l.get(), NodeKind::kDelta, "hot", 900);
+      top->next = MakeNode(l.get(), NodeKind::kBase, "base+a", 300);
+      REQUIRE(l->UpdateR(pid, *head, top));
+    }
+    CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
+    CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kFlushed);
+    REQUIRE(l->Close().ok());
+  }
+  {
+    auto l = OpenOrDie(mem.get());
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"base+a@300"});
+  }
+}
+
+TEST_CASE("A consolidated base is written whole and the hot delta stays in memory",
+          "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  PageId pid;
+  {
+    auto l = OpenOrDie(mem.get());
+    pid = CreatePage(l.get(), "base");
+    auto g = l->Enter();
+    auto head = l->Read(pid);
+    REQUIRE(head.ok());
+    PageNode* top = MakeNode(l.get(), NodeKind::kDelta, "hot", 900);
+    top->next = MakeNode(l.get(), NodeKind::kBase, "base2", 300);
+    REQUIRE(l->UpdateR(pid, *head, top));
+    auto r = l->Flush(pid, 400, 0);
+    REQUIRE(r.ok());
+    CHECK(r->outcome == FlushOutcome::kFlushed);
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"hot@900", "base2@300"});
+    REQUIRE(l->Close().ok());
+  }
+  auto l = OpenOrDie(mem.get());
+  CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"base2@300"});
+}
+
+TEST_CASE("Swap-out drops only flushed and stable parts", "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  auto l = OpenOrDie(mem.get());
+  PageId whole = CreatePage(l.get(), "w");
+  PageId part = CreatePage(l.get(), "p");
+  AddDelta(l.get(), whole, "w1", 5);
+  AddDelta(l.get(), part, "p1", 5);
+  AddDelta(l.get(), part, "p2", 500);  // above the bound: stays unflushed
+  AddDelta(l.get(), part, "p3", 6);
+  CHECK(FlushPage(l.get(), whole, 100) == FlushOutcome::kFlushed);
+  CHECK(FlushPage(l.get(), part, 100) == FlushOutcome::kFlushed);
+  AddDelta(l.get(), part, "p4", 700);  // above the flush: unflushed too
+  const auto before_whole = ReadContents(l.get(), whole);
+  const auto before_part = ReadContents(l.get(), part);
+
+  {
+    auto g = l->Enter();
+    if (l->HiStable() < l->Tail()) {
+      CHECK_FALSE(l->SwapOut(whole));  // flushed but not yet stable
+    }
+  }
+  REQUIRE(l->MakeStable(l->Tail()).ok());
+  {
+    auto g = l->Enter();
+    CHECK(l->SwapOut(whole));
+    CHECK(l->SwapOut(part));
+    CHECK_FALSE(l->SwapOut(part));  // already swapped
+  }
+  CHECK(MappingTable::IsLss(l->mapping_table()->Load(whole)));
+  const auto stats = l->GetStats();
+  CHECK(stats.swap_outs == 1);
+  CHECK(stats.partial_swaps == 1);
+
+  CHECK(ReadContents(l.get(), whole) == before_whole);
+  CHECK(ReadContents(l.get(), part) == before_part);
+  CHECK(l->GetStats().page_loads == 2);
+
+  // Flushed-ness survives the round trip: only p2 and p4 are left to flush.
+  CHECK(FlushPage(l.get(), part, 100) == FlushOutcome::kClean);
+  CHECK(FlushPage(l.get(), part, kAll) == FlushOutcome::kFlushed);
+  REQUIRE(l->Close().ok());
+  auto again = OpenOrDie(mem.get());
+  CHECK(ReadContents(again.get(), part) == before_part);
+}
+
+TEST_CASE("System transactions commit atomically and abort in memory", "[dc][llama][txn]") {
+  auto mem = NewMemEnv();
+  PageId p, q, freed;
+  {
+    auto l = OpenOrDie(mem.get());
+    p = CreatePage(l.get(), "left");
+    freed = CreatePage(l.get(), "doomed");
+    auto g = l->Enter();
+
+    // A split-like SMO: new page q, connected by a delta on p at commit.
+    auto txn = l->TBegin();
+    auto qr = l->TAllocate(txn.get());
+    REQUIRE(qr.ok());
+    q = *qr;
+    auto not_owned = l->TUpdateD(txn.get(), p, nullptr, nullptr);
+    CHECK(not_owned.status().IsInvalidArgument());
+    auto upd = l->TUpdateD(txn.get(), q, nullptr, MakeNode(l.get(), NodeKind::kBase, "right", 0));
+    REQUIRE(upd.ok());
+    REQUIRE(*upd);
+    REQUIRE(l->TFree(txn.get(), freed).ok());
+    CHECK(l->TFree(txn.get(), freed).IsInvalidArgument());
+
+    auto stale = l->Read(p);
+    REQUIRE(stale.ok());
+    PageNode* split = MakeNode(l.get(), NodeKind::kDelta, "split->q", 0);
+    AddDelta(l.get(), p, "meanwhile", 3);  // makes `stale` stale
+    auto c1 = l->TCommit(txn.get(), p, *stale, split, kAll, 0);
+    REQUIRE(c1.ok());
+    CHECK_FALSE(*c1);  // final CAS failed; transaction still open
+    auto fresh = l->Read(p);
+    REQUIRE(fresh.ok());
+    auto c2 = l->TCommit(txn.get(), p, *fresh, split, kAll, 0);
+    REQUIRE(c2.ok());
+    CHECK(*c2);
+    CHECK(l->Read(freed).status().IsNotFound());
+
+    auto aborted = l->TBegin();
+    auto r = l->TAllocate(aborted.get());
+    REQUIRE(r.ok());
+    auto ru = l->TUpdateD(aborted.get(), *r, nullptr, MakeNode(l.get(), NodeKind::kBase, "x", 0));
+    REQUIRE(ru.ok());
+    l->TAbort(aborted.get());
+    CHECK(l->Read(*r).status().IsNotFound());
+    CHECK(l->GetStats().txn_aborts == 1);
+  }
+  auto l = OpenOrDie(mem.get());
+  CHECK(ReadContents(l.get(), p) ==
+        std::vector<std::string>{"split->q@0", "meanwhile@3", "left@0"});
+  CHECK(ReadContents(l.get(), q) == std::vector<std::string>{"right@0"});
+  auto g = l->Enter();
+  CHECK(l->Read(freed).status().IsNotFound());
+}
+
+TEST_CASE("Checkpoint plus replay recovers every page", "[dc][llama][checkpoint]") {
+  auto mem = NewMemEnv();
+  std::map<PageId, std::vector<std::string>> expected;
+  {
+    auto l = OpenOrDie(mem.get());
+    for (int i = 0; i < 50; ++i) {
+      PageId pid = CreatePage(l.get(), "page" + std::to_string(i));
+      AddDelta(l.get(), pid, "d", static_cast<uint64_t>(i));
+      CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
+      if (i == 25) REQUIRE(l->Checkpoint().ok());
+    }
+    for (PageId pid = 1; pid <= 50; ++pid) expected[pid] = ReadContents(l.get(), pid);
+    LlamaOptions o = SmallOptions();
+    REQUIRE(l->MakeStable(l->Tail()).ok());
+    // No closing checkpoint: recovery must replay the LSS past checkpoint 1.
+    l->TEST_SkipCloseOnDestroy();
+  }
+  LlamaOptions o = SmallOptions();
+  o.checkpoint_on_close = false;
+  auto l = OpenOrDie(mem.get(), o);
+  for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
+}
+
+TEST_CASE("Concurrent updates, flushes and swap-outs keep pages intact", "[dc][llama][stress]") {
+  auto mem = NewMemEnv();
+  constexpr int kPages = 8;
+  std::vector<PageId> pages;
+  std::map<PageId, std::vector<std::string>> expected;
+  {
+    LlamaOptions o = SmallOptions();
+    o.lss.io_threads = 1;
+    auto l = OpenOrDie(mem.get(), o);
+    for (int i = 0; i < kPages; ++i) pages.push_back(CreatePage(l.get(), "b" + std::to_string(i)));
+    std::atomic<uint64_t> next_tag{1};
+    std::atomic<bool> stop{false};
+    std::atomic<int> failures{0};  // Catch assertions are not thread-safe
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 400; ++i) {
+          // Pages 0..5 are updated; 6 and 7 stay idle, so swap-outs of them
+          // succeed and their reads exercise loading from the LSS.
+          const PageId pid = pages[static_cast<size_t>((i * 7 + t) % (kPages - 2))];
+          if (!TryAddDelta(l.get(), pid, "t" + std::to_string(t) + "." + std::to_string(i),
+                           next_tag.fetch_add(1))) {
+            failures++;
+          }
+        }
+      });
+    }
+    // Flusher and swapper run at least kMinRounds rounds, and until the
+    // updaters are done.
+    constexpr int kMinRounds = 200;
+    threads.emplace_back([&] {
+      Random64 rnd(11);
+      for (int round = 0; round < kMinRounds || !stop.load(); ++round) {
+        auto g = l->Enter();
+        const PageId pid = pages[rnd.Uniform(kPages)];
+        if (!l->Flush(pid, next_tag.load() / 2, 0).ok()) failures++;
+      }
+    });
+    threads.emplace_back([&] {
+      Random64 rnd(12);
+      for (int round = 0; round < kMinRounds || !stop.load(); ++round) {
+        if (!l->MakeStable(l->Tail()).ok()) failures++;
+        auto g = l->Enter();
+        l->SwapOut(pages[rnd.Uniform(kPages)]);
+        if (!l->Read(pages[rnd.Uniform(kPages)]).ok()) failures++;
+      }
+    });
+    threads[0].join();
+    threads[1].join();
+    stop = true;
+    threads[2].join();
+    threads[3].join();
+    CHECK(failures.load() == 0);
+    CHECK(l->GetStats().page_loads > 0);
+    size_t nodes = 0;
+    for (PageId pid : pages) {
+      FlushPage(l.get(), pid, kAll);
+      expected[pid] = ReadContents(l.get(), pid);
+      nodes += expected[pid].size();
+    }
+    CHECK(nodes == kPages + 800);  // every base and every delta, once
+    REQUIRE(l->Close().ok());
+  }
+  auto l = OpenOrDie(mem.get());
+  for (PageId pid : pages) CHECK(ReadContents(l.get(), pid) == expected[pid]);
+}
+
+TEST_CASE("After a crash exactly the stable flushes are recovered", "[dc][llama][crash]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  for (int round = 0; round < 100; ++round) {
+    auto mem = NewMemEnv();
+    FaultInjectionEnv env(mem.get(), seed + static_cast<uint64_t>(round));
+    // Per page: every data node (text@tag) and whether a stable flush has it.
+    struct Node {
+      std::string text;        // "text@tag", unique
+      LssAddress flushed_end;  // 0: never flushed
+    };
+    std::map<PageId, std::vector<Node>> model;
+    std::map<PageId, uint64_t> page_bound;  // the bound of the page's newest flush
+    LssAddress stable = 0;
+    {
+      auto l = OpenOrDie(&env);
+      for (int i = 0; i < 4; ++i) {
+        PageId pid = CreatePage(l.get(), "base");
+        model[pid].push_back({"base@0", 1});
+        page_bound[pid] = 0;
+      }
+      REQUIRE(l->MakeStable(l->Tail()).ok());
+      const int ops = 20 + static_cast<int>(rnd.Uniform(60));
+      for (int i = 0; i < ops; ++i) {
+        const PageId pid = 1 + rnd.Uniform(model.size());
+        auto& nodes = model[pid];
+        switch (rnd.Uniform(4)) {
+          case 0:
+          case 1: {
+            const uint64_t tag = 1 + rnd.Uniform(100);
+            const std::string text = "d" + std::to_string(i);
+            AddDelta(l.get(), pid, text, tag);
+            nodes.push_back({text + "@" + std::to_string(tag), 0});
+            break;
+          }
+          case 2: {
+            auto g = l->Enter();
+            const uint64_t bound = rnd.Uniform(120);
+            auto head = l->Read(pid);
+            REQUIRE(head.ok());
+            auto r = l->Flush(pid, bound, 0);
+            REQUIRE(r.ok());
+            if (r->outcome == FlushOutcome::kFlushed) {
+              // The flush took every unflushed node under its effective bound.
+              const uint64_t effective = std::max(bound, page_bound[pid]);
+              page_bound[pid] = effective;
+              for (const std::string& text : Contents(*head)) {
+                const uint64_t tag = std::stoull(text.substr(text.find('@') + 1));
+                if (tag > effective) continue;
+                for (auto& m : nodes) {
+                  if (m.text == text && m.flushed_end == 0) m.flushed_end = r->end;
+                }
+              }
+            }
+            break;
+          }
+          case 3:
+            REQUIRE(l->MakeStable(l->Tail()).ok());
+            break;
+        }
+      }
+      stable = l->HiStable();
+      REQUIRE(env.SimulateCrash(rnd.OneIn(2) ? CrashMode::kDropUnsynced : CrashMode::kTearUnsynced)
+                  .ok());
+      l->TEST_SkipCloseOnDestroy();  // the process died: nothing runs after the crash
+    }
+    auto l = OpenOrDie(&env);
+    for (const auto& [pid, nodes] : model) {
+      std::vector<std::string> want;
+      for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+        if (it->flushed_end != 0 && it->flushed_end <= stable) want.push_back(it->text);
+      }
+      INFO("round " << round << " page " << pid);
+      auto got = ReadContents(l.get(), pid);
+      // Flushes that were not yet stable may or may not have survived the
+      // crash; everything stable must be there, and nothing else but them.
+      for (const auto& w : want) {
+        CHECK(std::find(got.begin(), got.end(), w) != got.end());
+      }
+      for (const auto& g : got) {
+        bool known = false;
+        for (const auto& n : nodes) known |= (n.text == g && n.flushed_end != 0);
+        CHECK(known);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deuteron::llama
+
+namespace deuteron::llama {
+namespace {
+
+TEST_CASE("A budget a quarter of the data still reads every page back", "[dc][llama][budget]") {
+  auto mem = NewMemEnv();
+  constexpr int kPages = 1500;
+  const std::string filler(1000, 'x');
+  LlamaOptions o = SmallOptions();
+  o.memory_budget = kPages * (filler.size() + 100) / 4;
+  auto l = OpenOrDie(mem.get(), o);
+  std::vector<PageId> pages;
+  for (int i = 0; i < kPages; ++i) {
+    pages.push_back(CreatePage(l.get(), std::to_string(i) + filler));
+    AddDelta(l.get(), pages.back(), "d" + std::to_string(i), static_cast<uint64_t>(i));
+  }
+  REQUIRE(l->EnforceBudget().ok());
+  auto s = l->GetStats();
+  INFO("memory " << s.memory_bytes << " budget " << s.memory_budget);
+  CHECK(s.memory_bytes <= o.memory_budget);
+  CHECK(s.swap_outs > 0);
+  CHECK(s.eviction_flushes > 0);  // the deltas had to be flushed to leave
+  for (int i = 0; i < kPages; ++i) {
+    const auto c = ReadContents(l.get(), pages[static_cast<size_t>(i)]);
+    REQUIRE(c.size() == 2);
+    CHECK(c[0] == "d" + std::to_string(i) + "@" + std::to_string(i));
+    CHECK(c[1] == std::to_string(i) + filler + "@0");
+  }
+  s = l->GetStats();
+  CHECK(s.page_loads > 0);
+  // Reading everything back kept the cache near its budget.
+  REQUIRE(l->EnforceBudget().ok());
+  CHECK(l->GetStats().memory_bytes <= o.memory_budget);
+}
+
+TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][budget]") {
+  auto mem = NewMemEnv();
+  LlamaOptions o = SmallOptions();
+  o.memory_budget = 64 << 10;
+  o.eviction_flush_bound = [] { return uint64_t{10}; };
+  PageId pid;
+  {
+    auto l = OpenOrDie(mem.get(), o);
+    pid = CreatePage(l.get(), "base");
+    AddDelta(l.get(), pid, "durable", 5);
+    AddDelta(l.get(), pid, "not-yet", 50);  // above the bound: must never reach the LSS
+    const std::string filler(2000, 'f');
+    for (int i = 0; i < 200; ++i) CreatePage(l.get(), filler);
+    REQUIRE(l->EnforceBudget().ok());
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"not-yet@50", "durable@5", "base@0"});
+    REQUIRE(l->Close().ok());
+  }
+  auto l = OpenOrDie(mem.get(), o);
+  CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"durable@5", "base@0"});
+}
+
+}  // namespace
+}  // namespace deuteron::llama
+
+namespace deuteron::llama {
+namespace {
+
+TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llama][clean]") {
+  constexpr int kRounds = 30;  // enough flushed deltas to fill several segments
+  auto mem = NewMemEnv();
+  LlamaOptions o = SmallOptions();
+  o.lss.recycle_pool = 1;
+  o.lss.buffer_size = 256 << 10;  // a page's whole state must fit one buffer
+  const std::string filler(3000, 'c');
+  std::map<PageId, std::vector<std::string>> expected;
+  PageId consolidated = 0;
+  {
+    auto l = OpenOrDie(mem.get(), o);
+    std::vector<PageId> pages;
+    for (int i = 0; i < 40; ++i) pages.push_back(CreatePage(l.get(), std::to_string(i) + filler));
+    // Deltas flushed one by one: C-delta chains spread over several segments.
+    for (int round = 0; round < kRounds; ++round) {
+      for (PageId pid : pages) {
+        AddDelta(l.get(), pid, "r" + std::to_string(round) + filler, static_cast<uint64_t>(round));
+        CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
+      }
+    }
+    // One page consolidated but not flushed: its durable state is its prior.
+    consolidated = pages[3];
+    {
+      auto g = l->Enter();
+      auto head = l->Read(consolidated);
+      REQUIRE(head.ok());
+      PageNode* base = MakeNode(l.get(), NodeKind::kBase, "consolidated", kAll);
+      REQUIRE(l->UpdateR(consolidated, *head, base));
+    }
+    REQUIRE(l->MakeStable(l->Tail()).ok());
+    // A mix of residencies: some pages wholly swapped out, one partly.
+    AddDelta(l.get(), pages[5], "unflushed", kAll);
+    {
+      auto g = l->Enter();
+      for (size_t i = 0; i < pages.size(); i += 2) {
+        if (pages[i] != consolidated) l->SwapOut(pages[i]);
+      }
+      l->SwapOut(pages[5]);
+    }
+    for (PageId pid : pages) expected[pid] = ReadContents(l.get(), pid);
+    {
+      auto g = l->Enter();
+      for (size_t i = 0; i < pages.size(); i += 2) {
+        if (pages[i] != consolidated) l->SwapOut(pages[i]);
+      }
+    }
+    const auto before = l->lss()->GetStats();
+    const uint64_t lowest = l->lss()->LowestSegment();
+    REQUIRE(l->lss()->TailSegment() > lowest + 2);
+    auto cleaned = l->Clean(2);
+    INFO(cleaned.status().ToString());
+    REQUIRE(cleaned.ok());
+    CHECK(cleaned->segments_cleaned == 2);
+    CHECK(cleaned->segments_released == 2);
+    CHECK(cleaned->pages_relocated > 0);
+    CHECK(l->lss()->LowestSegment() == lowest + 2);
+    CHECK(l->lss()->GetStats().segments_released > before.segments_released);
+    for (PageId pid : pages) CHECK(ReadContents(l.get(), pid) == expected[pid]);
+    REQUIRE(l->Close().ok());
+  }
+  auto l = OpenOrDie(mem.get(), o);
+  for (const auto& [pid, contents] : expected) {
+    INFO("page " << pid);
+    if (pid == consolidated) {
+      // The unflushed consolidation is gone; the relocated prior state is back.
+      const auto c = ReadContents(l.get(), pid);
+      CHECK(c.size() == kRounds + 1);
+    } else if (contents.front() == "unflushed@" + std::to_string(kAll)) {
+      CHECK(ReadContents(l.get(), pid) ==
+            std::vector<std::string>(contents.begin() + 1, contents.end()));
+    } else {
+      CHECK(ReadContents(l.get(), pid) == contents);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deuteron::llama

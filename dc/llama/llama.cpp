@@ -94,6 +94,10 @@ Llama::Llama(Env* env, std::string dir, LlamaOptions options)
 Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
                                            const LlamaOptions& options) {
   std::unique_ptr<Llama> llama(new Llama(env, dir, options));
+  if (options.lock_directory) {
+    RETURN_IF_ERROR(env->CreateDirs(dir));
+    ASSIGN_OR_RETURN(llama->dir_lock_, DirLock::Acquire(env, dir));
+  }
   ASSIGN_OR_RETURN(llama->lss_, LogStructuredStore::Open(env, dir, options.lss));
   RETURN_IF_ERROR(llama->Recover());
   return llama;
@@ -159,6 +163,7 @@ Status Llama::Close() {
   closed_ = true;
   RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
   if (options_.checkpoint_on_close) RETURN_IF_ERROR(Checkpoint());
+  dir_lock_.reset();  // closed: the next owner may open the store
   return Status::OK();
 }
 
@@ -185,6 +190,7 @@ Llama::~Llama() {
   if (referenced_ != nullptr) munmap(referenced_, mapping_->capacity());
   mapping_.reset();
   lss_.reset();
+  dir_lock_.reset();
 }
 
 // ---------------------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/dir_lock.h"
 #include "common/env.h"
 #include "common/epoch.h"
 #include "common/status.h"
@@ -41,6 +42,10 @@ struct LlamaOptions {
   size_t memory_budget = 0;
   // Write a checkpoint when closing.
   bool checkpoint_on_close = true;
+  // Hold the data-directory lock (common/dir_lock.h) while open, so that two
+  // processes never open the same store. Off only for an owner that already
+  // holds the lock on this directory.
+  bool lock_directory = true;
   // When swapping out flushed parts is not enough to get under the budget,
   // the evictor flushes cold pages under this bound (the DC gives its ESL, so
   // eviction never breaks the WAL rule). Unset: flush with no bound.
@@ -102,8 +107,9 @@ class Llama {
                                              const LlamaOptions& options);
   // Close() if not closed yet (errors are logged).
   ~Llama();
-  // Makes every completed flush stable and, if configured, checkpoints.
-  // REQUIRES: no other thread uses the cache any more.
+  // Makes every completed flush stable and, if configured, checkpoints, then
+  // releases the directory lock. REQUIRES: no other thread uses the cache any
+  // more; only the destructor may follow.
   Status Close();
 
   [[nodiscard]] EpochManager::Guard Enter() { return epochs_->Enter(); }
@@ -273,6 +279,7 @@ class Llama {
 
   Env* const env_;
   const std::string dir_;
+  std::unique_ptr<DirLock> dir_lock_;  // released last
   const LlamaOptions options_;
   std::unique_ptr<EpochManager> epochs_;
   std::unique_ptr<MappingTable> mapping_;

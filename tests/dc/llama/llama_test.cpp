@@ -134,6 +134,17 @@ TEST_CASE("Flush writes only deltas under the bound and reload restores chain or
   }
 }
 
+TEST_CASE("A store is opened by one owner at a time", "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  auto l = OpenOrDie(mem.get());
+  auto second = Llama::Open(mem.get(), "/db", SmallOptions());
+  REQUIRE_FALSE(second.ok());
+  CHECK(second.status().IsBusy());
+  CHECK(second.status().message().find("/db") != std::string_view::npos);
+  l.reset();
+  CHECK(Llama::Open(mem.get(), "/db", SmallOptions()).ok());
+}
+
 TEST_CASE("Flush bounds never shrink along a chain", "[dc][llama][cache]") {
   auto mem = NewMemEnv();
   auto l = OpenOrDie(mem.get());

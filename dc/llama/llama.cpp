@@ -915,34 +915,34 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
   EncodeRecord(outer, Slice(r.dst + kRecordHeaderSize, inner), r.dst);
   lss_->Commit(r);
 
-  for (PageId p : txn->freed_) {
-    const uint64_t e = mapping_->Load(p);
-    mapping_->Free(p);
-    if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
-  }
-  {
-    std::lock_guard<std::mutex> lock(att_mu_);
-    for (PageId p : txn->allocated_) private_pages_.erase(p);
-  }
-  txn->finished_ = true;
+  FreePagesNow(txn->freed_);
+  EndTransaction(txn);
   txn_commits_.fetch_add(1, std::memory_order_relaxed);
   flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
   flush_bytes_.fetch_add(RecordSpan(inner), std::memory_order_relaxed);
   return true;
 }
 
-void Llama::TAbort(SystemTxn* txn) {
-  assert(!txn->finished_);
-  for (PageId p : txn->allocated_) {
+void Llama::FreePagesNow(const std::vector<PageId>& pids) {
+  for (PageId p : pids) {
     const uint64_t e = mapping_->Load(p);
     mapping_->Free(p);
     if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
   }
+}
+
+void Llama::EndTransaction(SystemTxn* txn) {
   {
     std::lock_guard<std::mutex> lock(att_mu_);
     for (PageId p : txn->allocated_) private_pages_.erase(p);
   }
   txn->finished_ = true;
+}
+
+void Llama::TAbort(SystemTxn* txn) {
+  assert(!txn->finished_);
+  FreePagesNow(txn->allocated_);
+  EndTransaction(txn);
   txn_aborts_.fetch_add(1, std::memory_order_relaxed);
 }
 

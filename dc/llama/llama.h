@@ -271,6 +271,11 @@ class Llama {
   static size_t PagePayloadSize(const std::vector<const PageNode*>& nodes);
   static void EncodePagePayload(const std::vector<const PageNode*>& nodes, char* dst);
 
+  // Frees pages in the mapping table and retires their chains.
+  void FreePagesNow(const std::vector<PageId>& pids);
+  // Removes the transaction from the active transaction table.
+  void EndTransaction(SystemTxn* txn);
+
   FlushNode* NewFlushNode(NodeKind kind);
   void FreeNode(PageNode* node);
   void RetireChain(const PageNode* head);

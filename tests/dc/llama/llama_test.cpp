@@ -102,6 +102,17 @@ FlushOutcome FlushPage(Llama* l, PageId pid, uint64_t bound) {
   }
 }
 
+// Update-R: a new base "base+a" (tag 300) under a copied delta "hot" (tag 900)
+// that stays above the bound, as the DC consolidates.
+void Consolidate(Llama* l, PageId pid) {
+  auto g = l->Enter();
+  auto head = l->Read(pid);
+  REQUIRE(head.ok());
+  PageNode* top = MakeNode(l, NodeKind::kDelta, "hot", 900);
+  top->next = MakeNode(l, NodeKind::kBase, "base+a", 300);
+  REQUIRE(l->UpdateR(pid, *head, top));
+}
+
 TEST_CASE("Flush writes only deltas under the bound and reload restores chain order",
           "[dc][llama][cache]") {
   auto mem = NewMemEnv();
@@ -169,15 +180,8 @@ TEST_CASE("Update-R keeps the old LSS state durable until the new base is flushe
     pid = CreatePage(l.get(), "base");
     AddDelta(l.get(), pid, "a", 10);
     CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
-    {
-      auto g = l->Enter();
-      auto head = l->Read(pid);
-      REQUIRE(head.ok());
-      // Consolidate, keeping a delta above the bound as a delta on top.
-      PageNode* top = MakeNode(l.get(), NodeKind::kDelta, "hot", 900);
-      top->next = MakeNode(l.get(), NodeKind::kBase, "base+a", 300);
-      REQUIRE(l->UpdateR(pid, *head, top));
-    }
+    // Consolidate, keeping a delta above the bound as a delta on top.
+    Consolidate(l.get(), pid);
     CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
     // A checkpoint now must still record the old, flushed state.
     REQUIRE(l->Checkpoint().ok());
@@ -188,14 +192,7 @@ TEST_CASE("Update-R keeps the old LSS state durable until the new base is flushe
     // The consolidation was never flushed: the old, flushed state is back.
     CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"a@10", "base@0"});
     CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kClean);
-    {
-      auto g = l->Enter();
-      auto head = l->Read(pid);
-      REQUIRE(head.ok());
-      PageNode* top = MakeNode(l.get(), NodeKind::kDelta, "hot", 900);
-      top->next = MakeNode(l.get(), NodeKind::kBase, "base+a", 300);
-      REQUIRE(l->UpdateR(pid, *head, top));
-    }
+    Consolidate(l.get(), pid);
     CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
     CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kFlushed);
     REQUIRE(l->Close().ok());

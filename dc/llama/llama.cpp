@@ -527,9 +527,12 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   for (const PageNode* n : info.unflushed) {
     if (n->tag <= bound) selected.push_back(n);
   }
-  const bool whole = info.base != nullptr && !info.base_flushed;
-  if (whole && info.base->tag > bound) return FlushResult{FlushOutcome::kBlocked};
   if (selected.empty()) return FlushResult{};
+  // Deltas need a durable base beneath them: none yet, or one above the bound.
+  const bool whole = info.base == nullptr || !info.base_flushed;
+  if (info.base == nullptr || (whole && info.base->tag > bound)) {
+    return FlushResult{FlushOutcome::kBlocked};
+  }
   assert(whole || info.lss_head != kNullAddress);
 
   const size_t payload = PagePayloadSize(selected);
@@ -796,7 +799,10 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
     for (const PageNode* n : info.unflushed) {
       if (n->tag <= plan.bound) plan.selected.push_back(n);
     }
-    plan.whole = info.base != nullptr && !info.base_flushed;
+    if (info.base == nullptr) {
+      return Status::InvalidArgument(PageName(p) + " has deltas but no base to flush them over");
+    }
+    plan.whole = !info.base_flushed;
     if (plan.whole && info.base->tag > plan.bound) {
       return Status::InvalidArgument(PageName(p) + "'s base (tag " + std::to_string(info.base->tag) +
                                      ") cannot be flushed under bound " + std::to_string(max_tag));

@@ -71,7 +71,8 @@ struct CleanResult {
 enum class FlushOutcome {
   kFlushed,    // records written to the LSS buffer, flush node installed
   kClean,      // nothing under the bound was unflushed
-  kBlocked,    // the page's base is unflushed and its tag is above the bound
+  kBlocked,    // no durable base to write deltas over: the page has no base,
+               // or its base is unflushed with a tag above the bound
   kRaced,      // the page changed between reading and the CAS (space voided)
 };
 

@@ -156,6 +156,32 @@ TEST_CASE("A store is opened by one owner at a time", "[dc][llama][cache]") {
   CHECK(Llama::Open(mem.get(), "/db", SmallOptions()).ok());
 }
 
+TEST_CASE("Deltas without a base are never flushed", "[dc][llama][cache]") {
+  auto mem = NewMemEnv();
+  auto l = OpenOrDie(mem.get());
+  auto g = l->Enter();
+  auto txn = l->TBegin();
+  auto pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  auto upd = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l.get(), NodeKind::kDelta, "d", 0));
+  REQUIRE(upd.ok());
+  auto commit = l->TCommit(txn.get(), 0, nullptr, nullptr, kAll, 0);
+  CHECK(commit.status().IsInvalidArgument());
+  l->TAbort(txn.get());
+
+  // An allocated, empty page that gets a delta outside a transaction.
+  auto txn2 = l->TBegin();
+  auto empty = l->TAllocate(txn2.get());
+  REQUIRE(empty.ok());
+  auto c2 = l->TCommit(txn2.get(), 0, nullptr, nullptr, kAll, 0);
+  REQUIRE(c2.ok());
+  REQUIRE(*c2);
+  REQUIRE(l->UpdateD(*empty, nullptr, MakeNode(l.get(), NodeKind::kDelta, "orphan", 0)));
+  auto r = l->Flush(*empty, kAll, 0);
+  REQUIRE(r.ok());
+  CHECK(r->outcome == FlushOutcome::kBlocked);
+}
+
 TEST_CASE("Flush bounds never shrink along a chain", "[dc][llama][cache]") {
   auto mem = NewMemEnv();
   auto l = OpenOrDie(mem.get());
@@ -182,6 +208,8 @@ TEST_CASE("Update-R keeps the old LSS state durable until the new base is flushe
     CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
     // Consolidate, keeping a delta above the bound as a delta on top.
     Consolidate(l.get(), pid);
+    AddDelta(l.get(), pid, "mid", 150);
+    // "mid" is under 200 but the new base (300) is not: no durable base for it.
     CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
     // A checkpoint now must still record the old, flushed state.
     REQUIRE(l->Checkpoint().ok());
@@ -193,13 +221,14 @@ TEST_CASE("Update-R keeps the old LSS state durable until the new base is flushe
     CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"a@10", "base@0"});
     CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kClean);
     Consolidate(l.get(), pid);
+    AddDelta(l.get(), pid, "mid", 150);
     CHECK(FlushPage(l.get(), pid, 200) == FlushOutcome::kBlocked);
     CHECK(FlushPage(l.get(), pid, 400) == FlushOutcome::kFlushed);
     REQUIRE(l->Close().ok());
   }
   {
     auto l = OpenOrDie(mem.get());
-    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"base+a@300"});
+    CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"mid@150", "base+a@300"});
   }
 }
 

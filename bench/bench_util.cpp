@@ -1,0 +1,297 @@
+#include "bench/bench_util.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include <sys/resource.h>
+#include <sys/time.h>
+
+namespace deuteron::bench {
+namespace {
+
+std::mutex& StderrMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// The scratch directory a ScratchDir created, so that a fatal exit (which
+// skips destructors) still removes it. Set and cleared by the main thread.
+std::string& OwnedScratch() {
+  static std::string path;
+  return path;
+}
+
+const Stopwatch& ProgramClock() {
+  static const Stopwatch clock;
+  return clock;
+}
+
+void PrintUsage(std::FILE* out, const ProgramInfo& info) {
+  std::string threads;
+  for (int t : info.default_threads) {
+    if (!threads.empty()) threads.push_back(',');
+    threads.append(std::to_string(t));
+  }
+  fmt::print(out,
+             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST] [--help]\n\n"
+             "{}\n\n"
+             "  --quick          small volumes: the whole program runs in under a minute\n"
+             "  --dir PATH       scratch directory (default: a fresh directory under /tmp,\n"
+             "                   removed at exit)\n"
+             "  --threads LIST   comma-separated thread counts (default {})\n"
+             "  --only LIST      comma-separated workload groups to run (default: all)\n"
+             "  --help           this text\n\n"
+             "Results: one JSON object per line on stdout; progress on stderr.\n",
+             info.name, info.description, threads);
+  if (!info.groups.empty()) {
+    fmt::print(out, "\nWorkload groups:\n");
+    for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);
+  }
+}
+
+[[noreturn]] void UsageError(const ProgramInfo& info, std::string_view message) {
+  fmt::print(stderr, "{}: {}\n\n", info.name, message);
+  PrintUsage(stderr, info);
+  std::exit(2);
+}
+
+std::vector<std::string> SplitCommas(std::string_view s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string_view::npos) comma = s.size();
+    if (comma > start) out.emplace_back(s.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// JSON string literal for `s` (quotes, backslashes and control characters
+// escaped).
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string JsonDouble(double v) {
+  if (!std::isfinite(v)) return "0";  // JSON has no NaN or infinities
+  // Enough digits for rates and ratios; integers print without a fraction.
+  return fmt::format("{:.6g}", v);
+}
+
+}  // namespace
+
+bool BenchArgs::Wants(std::string_view group) const {
+  return only.empty() || only.count(std::string(group)) != 0;
+}
+
+int BenchArgs::MaxThreads() const {
+  int m = 1;
+  for (int t : threads) m = std::max(m, t);
+  return m;
+}
+
+ScratchDir::~ScratchDir() {
+  if (!owned_ || path_.empty()) return;
+  OwnedScratch().clear();
+  RemoveTree(path_);
+}
+
+Status ScratchDir::Init(const std::string& requested) {
+  if (!requested.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(requested, ec);
+    if (ec) return Status::IOError("creating " + requested + ": " + ec.message());
+    path_ = requested;
+    owned_ = false;
+    return Status::OK();
+  }
+  std::string templ = "/tmp/deuteron-bench-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) return Status::FromErrno(errno, "mkdtemp " + templ);
+  path_ = templ;
+  owned_ = true;
+  OwnedScratch() = path_;
+  return Status::OK();
+}
+
+BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* scratch) {
+  ProgramSeconds();  // start the program clock
+  BenchArgs args;
+  args.threads = info.default_threads;
+  std::string dir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) UsageError(info, fmt::format("{} needs a value", a));
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      PrintUsage(stdout, info);
+      std::exit(0);
+    } else if (a == "--quick") {
+      args.quick = true;
+    } else if (a == "--dir") {
+      dir = value();
+      if (dir.empty()) UsageError(info, "--dir needs a non-empty path");
+    } else if (a == "--threads") {
+      args.threads.clear();
+      for (const std::string& t : SplitCommas(value())) {
+        char* end = nullptr;
+        errno = 0;
+        const long n = std::strtol(t.c_str(), &end, 10);
+        if (*end != '\0' || errno != 0 || n < 1 || n > 1024) {
+          UsageError(info, fmt::format("bad thread count '{}'", t));
+        }
+        args.threads.push_back(static_cast<int>(n));
+      }
+      if (args.threads.empty()) UsageError(info, "--threads needs at least one count");
+    } else if (a == "--only") {
+      for (const std::string& g : SplitCommas(value())) {
+        bool known = false;
+        for (const auto& [name, what] : info.groups) known |= (name == g);
+        if (!known) UsageError(info, fmt::format("unknown workload group '{}'", g));
+        args.only.insert(g);
+      }
+    } else {
+      UsageError(info, fmt::format("unknown argument '{}'", a));
+    }
+  }
+  CheckOk(scratch->Init(dir), "scratch directory");
+  args.dir = scratch->path();
+  return args;
+}
+
+void CheckOk(const Status& s, std::string_view what) {
+  if (s.ok()) return;
+  {
+    std::lock_guard<std::mutex> lock(StderrMutex());
+    fmt::print(stderr, "FATAL: {}: {}\n", what, s.ToString());
+    std::fflush(stderr);
+  }
+  if (!OwnedScratch().empty()) RemoveTree(OwnedScratch());
+  std::exit(1);
+}
+
+double ProgramSeconds() { return ProgramClock().Seconds(); }
+
+void ProgressLine(std::string_view text) {
+  const double t = ProgramSeconds();
+  std::lock_guard<std::mutex> lock(StderrMutex());
+  fmt::print(stderr, "[{:7.2f}s] {}\n", t, text);
+  std::fflush(stderr);
+}
+
+double ProcessCpuSeconds() {
+  struct rusage u;
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  auto sec = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
+  };
+  return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+void RunThreads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) threads.emplace_back(fn, i);
+  for (auto& t : threads) t.join();
+}
+
+void RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) Progress("could not remove {}: {}", path, ec.message());
+}
+
+LatencySet::LatencySet(int threads) {
+  for (int i = 0; i < threads; ++i) histograms_.push_back(std::make_unique<Histogram>());
+}
+
+Histogram::Snapshot LatencySet::Merged() const {
+  Histogram::Snapshot merged;
+  for (const auto& h : histograms_) merged.Merge(h->GetSnapshot());
+  return merged;
+}
+
+ResultLine::ResultLine(std::string_view bench, std::string_view workload,
+                       std::string_view system, int threads, uint64_t ops, double seconds) {
+  SetString("bench", bench);
+  SetString("workload", workload);
+  SetString("system", system);
+  Set("threads", int64_t{threads});
+  Set("ops", ops);
+  Set("seconds", seconds);
+  Set("ops_per_s", Ratio(static_cast<double>(ops), seconds));
+}
+
+ResultLine& ResultLine::Set(std::string_view key, double value) {
+  fields_.emplace_back(std::string(key), JsonDouble(value));
+  return *this;
+}
+
+ResultLine& ResultLine::Set(std::string_view key, uint64_t value) {
+  fields_.emplace_back(std::string(key), std::to_string(value));
+  return *this;
+}
+
+ResultLine& ResultLine::Set(std::string_view key, int64_t value) {
+  fields_.emplace_back(std::string(key), std::to_string(value));
+  return *this;
+}
+
+ResultLine& ResultLine::SetString(std::string_view key, std::string_view value) {
+  fields_.emplace_back(std::string(key), JsonString(value));
+  return *this;
+}
+
+ResultLine& ResultLine::SetLatenciesNs(const Histogram::Snapshot& ns) {
+  if (ns.count == 0) return *this;
+  auto us = [](uint64_t v) { return static_cast<double>(v) / 1000.0; };
+  Set("p50_us", us(ns.Percentile(50)));
+  Set("p99_us", us(ns.Percentile(99)));
+  Set("p999_us", us(ns.Percentile(99.9)));
+  Set("max_us", us(ns.max));
+  Set("mean_us", ns.mean / 1000.0);
+  return *this;
+}
+
+std::string ResultLine::ToJson() const {
+  std::string out = "{";
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (i > 0) out += ',';
+    out += JsonString(fields_[i].first);
+    out += ':';
+    out += fields_[i].second;
+  }
+  out += '}';
+  return out;
+}
+
+void ResultLine::Print() const {
+  const std::string line = ToJson() + "\n";
+  std::lock_guard<std::mutex> lock(StderrMutex());  // one writer at a time, stdout too
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace deuteron::bench

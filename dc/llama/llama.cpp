@@ -47,6 +47,7 @@ struct Llama::ChainInfo {
   uint64_t annotation = 0;
   LssAddress lss_head = kNullAddress;  // newest LSS state: topmost flush/relocation, or base prior
   LssAddress lss_end = kNullAddress;
+  LssAddress lss_base = kNullAddress;  // the kBase record ending that chain (0: unknown)
   const PageNode* base = nullptr;
   bool base_flushed = false;
   bool partial_swap = false;
@@ -54,19 +55,6 @@ struct Llama::ChainInfo {
 };
 
 namespace {
-
-// Set while this thread runs the evictor (whose flushes and page loads
-// allocate nodes too, and must not re-enter it) or holds an LSS reservation
-// (the evictor's flushes would reserve again, which the LSS forbids: the ring
-// may need the held reservation's buffer written first).
-thread_local int no_eviction = 0;
-
-struct NoEvictionScope {
-  NoEvictionScope() { ++no_eviction; }
-  ~NoEvictionScope() { --no_eviction; }
-  NoEvictionScope(const NoEvictionScope&) = delete;
-  NoEvictionScope& operator=(const NoEvictionScope&) = delete;
-};
 
 size_t NodeBytes(const PageNode* n) {
   return n->is_data() ? sizeof(PageNode) + n->size : sizeof(FlushNode);
@@ -194,6 +182,46 @@ Llama::~Llama() {
 }
 
 // ---------------------------------------------------------------------------
+// Guards and deferred work
+
+namespace {
+// Llama guards this thread holds, over all stores (deferred work runs when it
+// drops to zero, so also never under another store's guard).
+thread_local int guard_depth = 0;
+}  // namespace
+
+Llama::Guard::Guard(Llama* llama, EpochManager::Guard epoch)
+    : llama_(llama), epoch_(std::move(epoch)) {
+  ++guard_depth;
+}
+
+Llama::Guard::Guard(Guard&& other) noexcept
+    : llama_(other.llama_), epoch_(std::move(other.epoch_)) {
+  other.llama_ = nullptr;
+  other.epoch_.reset();
+}
+
+Llama::Guard::~Guard() {
+  if (llama_ == nullptr) return;
+  epoch_.reset();
+  if (--guard_depth == 0) llama_->RunDeferredWork();
+}
+
+Llama::Guard Llama::Enter() { return Guard(this, epochs_->Enter()); }
+
+void Llama::RunDeferredWork() {
+  if (eviction_wanted_.load(std::memory_order_relaxed)) {
+    Status s = EnforceBudget();
+    if (!s.ok()) DLOG_WARN("eviction in {}: {}", dir_, s.ToString());
+  }
+  const size_t segments = cleaning_wanted_.exchange(0, std::memory_order_relaxed);
+  if (segments > 0) {
+    Result<CleanResult> r = Clean(segments);
+    if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());
+  }
+}
+
+// ---------------------------------------------------------------------------
 // Nodes
 
 PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
@@ -263,6 +291,7 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
         if (info->lss_head == kNullAddress) {
           info->lss_head = f->address;
           info->lss_end = f->end;
+          info->lss_base = f->base;
         }
         if (n->kind == NodeKind::kPartialSwap) info->partial_swap = true;
         break;
@@ -271,6 +300,7 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
         if (info->lss_head == kNullAddress) {
           info->lss_head = AsFlush(n)->address;
           info->lss_end = AsFlush(n)->end;
+          info->lss_base = AsFlush(n)->base;
         }
         break;
       case NodeKind::kBase:
@@ -308,7 +338,7 @@ void Llama::EncodePagePayload(const std::vector<const PageNode*>& nodes, char* d
   }
 }
 
-Result<PageNode*> Llama::LoadFromLss(LssAddress address, uint64_t* bound, LssAddress* end) {
+Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
   std::vector<PageNode*> nodes;
   auto fail = [&](Status s) -> Status {
     for (PageNode* n : nodes) FreeNode(n);
@@ -332,8 +362,8 @@ Result<PageNode*> Llama::LoadFromLss(LssAddress address, uint64_t* bound, LssAdd
     }
     if (first) {
       pid = h.pid;
-      *bound = h.bound;
-      *end = a + RecordSpan(h.length);
+      state->bound = h.bound;
+      state->end = a + RecordSpan(h.length);
       first = false;
     } else if (h.pid != pid) {
       return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
@@ -357,7 +387,10 @@ Result<PageNode*> Llama::LoadFromLss(LssAddress address, uint64_t* bound, LssAdd
       std::memcpy(n->payload(), bytes.data(), size);
       nodes.push_back(n);
     }
-    if (h.type == RecordType::kBase) break;
+    if (h.type == RecordType::kBase) {
+      state->base = a;
+      break;
+    }
     if (h.prev == kNullAddress || h.prev >= a) {
       return fail(Status::Corruption(where + ": C-delta with bad link " + std::to_string(h.prev)));
     }
@@ -384,16 +417,16 @@ Status Llama::EnsureStable(LssAddress a) {
 
 Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   page_loads_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t bound = 0;
-  LssAddress end = kNullAddress;
+  LoadedState loaded_state;
   if (MappingTable::IsLss(entry)) {
     const LssAddress address = MappingTable::ToLss(entry);
-    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(address, &bound, &end));
+    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(address, &loaded_state));
     FlushNode* f = NewFlushNode(NodeKind::kFlush);
     f->seq = chain->seq + 1;
-    f->tag = bound;
+    f->tag = loaded_state.bound;
     f->address = address;
-    f->end = end;
+    f->end = loaded_state.end;
+    f->base = loaded_state.base;
     f->next = chain;
     uint64_t expected = entry;
     if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
@@ -413,7 +446,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
     memory_nodes.push_back(n);
   }
   const FlushNode* ps = AsFlush(n);
-  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(ps->address, &bound, &end));
+  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(ps->address, &loaded_state));
 
   // Rebuild: nodes above the old topmost flush, the flush, then the memory
   // nodes below it merged with the loaded ones, all by seq.
@@ -433,6 +466,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   f->tag = ps->tag;
   f->address = ps->address;
   f->end = ps->end;
+  f->base = ps->base;
   f->annotation = ps->annotation;
   std::vector<PageNode*> chain = std::move(above);
   chain.push_back(f);
@@ -537,13 +571,13 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
 
   const size_t payload = PagePayloadSize(selected);
   const size_t span = RecordSpan(payload);
-  NoEvictionScope no_eviction_while_reserved;
   ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(span));
   FlushNode* f = NewFlushNode(NodeKind::kFlush);
   f->seq = head->seq + 1;
   f->tag = bound;
   f->address = r.address;
   f->end = r.address + span;
+  f->base = whole ? r.address : info.lss_base;
   f->annotation = annotation;
   f->next = const_cast<PageNode*>(head);
   uint64_t expected = MappingTable::FromPointer(head);
@@ -605,6 +639,7 @@ bool Llama::SwapOut(PageId pid) {
   ps->tag = info.bound;
   ps->address = info.lss_head;
   ps->end = info.lss_end;
+  ps->base = info.lss_base;
   ps->annotation = info.annotation;
   PageNode* top = ps;
   for (auto it = info.unflushed.rbegin(); it != info.unflushed.rend(); ++it) {
@@ -646,16 +681,16 @@ size_t Llama::MemoryUsage() const {
 
 
 void Llama::MaybeEnforceBudget() {
-  if (options_.memory_budget == 0 || no_eviction > 0) return;
+  if (options_.memory_budget == 0) return;
   // Checking the sum of the counter's shards on every allocation would cost
   // more than the allocation; every 64th is enough to stay within the budget.
   thread_local uint32_t calls = 0;
   if ((++calls & 63) != 0) return;
   if (MemoryUsage() <= options_.memory_budget) return;
-  // Called with a guard held (the caller is building a node): eviction can
-  // swap out but garbage is reclaimed by the next guard-free caller.
-  Status s = EnforceBudget();
-  if (!s.ok()) DLOG_WARN("eviction in {}: {}", dir_, s.ToString());
+  // The caller holds a guard (it is building a node): evicting here would
+  // make garbage that cannot be reclaimed until the guard goes. Ask for it
+  // at the next guard-free moment (Guard::~Guard).
+  eviction_wanted_.store(true, std::memory_order_relaxed);
 }
 
 Status Llama::EnforceBudget() {
@@ -669,9 +704,16 @@ Status Llama::EnforceBudget() {
   } else if (!lock.try_lock()) {
     return Status::OK();
   }
-  NoEvictionScope scope;
+  eviction_wanted_.store(false, std::memory_order_relaxed);
   eviction_passes_.fetch_add(1, std::memory_order_relaxed);
   epochs_->TryReclaim();
+  // Progress is measured without the garbage waiting for other threads'
+  // guards: it is already dropped, and goes when they leave.
+  auto live = [&] {
+    const size_t used = MemoryUsage();
+    const size_t pending = epochs_->PendingBytes();
+    return used > pending ? used - pending : 0;
+  };
   const uint64_t bound =
       options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
   // Two sweeps: the first clears reference bits, the second finds them clear.
@@ -679,7 +721,8 @@ Status Llama::EnforceBudget() {
   // then swapped out.
   std::vector<PageId> flushed;
   const PageId high_water = mapping_->high_water();
-  for (uint64_t visited = 0; visited < 2 * high_water && MemoryUsage() > target; ++visited) {
+  for (uint64_t visited = 0; visited < 2 * high_water && live() > target; ++visited) {
+    if ((visited & 63) == 63) epochs_->TryReclaim();
     if (clock_hand_ >= high_water || clock_hand_ == 0) clock_hand_ = 1;
     const PageId pid = clock_hand_++;
     if (!MappingTable::IsMemory(mapping_->Load(pid))) continue;
@@ -687,7 +730,7 @@ Status Llama::EnforceBudget() {
       referenced_[pid].store(0, std::memory_order_relaxed);
       continue;
     }
-    auto guard = Enter();
+    auto guard = epochs_->Enter();
     if (SwapOut(pid)) continue;
     {
       std::lock_guard<std::mutex> att(att_mu_);
@@ -710,7 +753,7 @@ Status Llama::EnforceBudget() {
   }
   if (!flushed.empty()) {
     RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
-    auto guard = Enter();
+    auto guard = epochs_->Enter();
     for (PageId f : flushed) SwapOut(f);
   }
   epochs_->TryReclaim();
@@ -769,6 +812,7 @@ struct PagePlan {
   std::vector<const PageNode*> selected;
   bool whole = false;
   LssAddress prev = kNullAddress;
+  LssAddress chain_base = kNullAddress;  // kBase record under `prev`
   uint64_t bound = 0;
   size_t payload = 0;
   FlushNode* flush = nullptr;
@@ -809,6 +853,7 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
     }
     if (plan.selected.empty()) return Status::OK();
     plan.prev = plan.whole ? kNullAddress : info.lss_head;
+    plan.chain_base = info.lss_base;
     plan.payload = PagePayloadSize(plan.selected);
     plans.push_back(std::move(plan));
     return Status::OK();
@@ -825,7 +870,6 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
   size_t inner = RecordSpan(0) * (txn->allocated_.size() + txn->freed_.size());
   for (const PagePlan& plan : plans) inner += RecordSpan(plan.payload);
   const size_t count = txn->allocated_.size() + txn->freed_.size() + plans.size();
-  NoEvictionScope no_eviction_while_reserved;
   ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(RecordSpan(inner)));
 
   // Addresses of the inner records, in the order they will be written:
@@ -837,6 +881,7 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
     f->tag = plan.bound;
     f->address = at;
     f->end = at + RecordSpan(plan.payload);
+    f->base = plan.whole ? at : plan.chain_base;
     f->annotation = annotation;
     f->next = const_cast<PageNode*>(plan.head);
     plan.flush = f;
@@ -973,7 +1018,7 @@ Status Llama::Checkpoint() {
   d.entries.assign(high_water - 1, 0);
   constexpr PageId kPagesPerGuard = 4096;  // let reclamation progress on big tables
   for (PageId first = 1; first < high_water; first += kPagesPerGuard) {
-    auto guard = Enter();
+    auto guard = epochs_->Enter();
     for (PageId pid = first; pid < std::min(high_water, first + kPagesPerGuard); ++pid) {
       const uint64_t e = mapping_->Load(pid);
       uint64_t& out = d.entries[pid - 1];
@@ -1015,18 +1060,14 @@ void Llama::MaybeClean(LssAddress flushed_at) {
   }
   const uint64_t held = lss_->TailSegment() - lss_->LowestSegment() + 1;
   if (held <= options_.cleaning_trigger_segments) return;
-  // try_lock: a cleaner may be running already, possibly on this very thread
-  // (its relocations allocate nodes, which may evict, which may flush).
-  std::unique_lock<std::mutex> lock(clean_mu_, std::try_to_lock);
-  if (!lock.owns_lock()) return;
-  Result<CleanResult> r =
-      CleanLocked(held - std::max<size_t>(options_.cleaning_target_segments, 1));
-  if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());
+  // The flushing thread holds a guard: clean when it lets go of it.
+  cleaning_wanted_.store(held - std::max<size_t>(options_.cleaning_target_segments, 1),
+                         std::memory_order_relaxed);
 }
 
 Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result) {
   for (;;) {
-    auto guard = Enter();
+    auto guard = epochs_->Enter();
     if (pid == 0 || pid >= mapping_->high_water()) return Status::OK();
     const uint64_t e = mapping_->Load(pid);
     if (MappingTable::IsFree(e) || MappingTable::IsEmptyPage(e)) return Status::OK();
@@ -1042,31 +1083,38 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       AnalyzeChain(head, &info);
       at = info.lss_head;
     }
-    // Is any record of the page's durable state in the victim range?
+    // Is any record of the page's durable state in the victim range? Chain
+    // addresses fall from the newest record to the kBase that ends it, and
+    // nothing lies below the victim (the lowest segment held), so the state
+    // is live there iff its kBase is. A resident page knows its kBase; a
+    // swapped-out one has its chain walked.
     bool live = false;
-    for (LssAddress a = at; a != kNullAddress && !live;) {
-      if (a >= lo && a < hi) {
-        live = true;
-        break;
+    if (info.lss_base != kNullAddress) {
+      live = info.lss_base < hi;
+    } else {
+      for (LssAddress a = at; a != kNullAddress;) {
+        if (a >= lo && a < hi) {
+          live = true;
+          break;
+        }
+        RETURN_IF_ERROR(EnsureStable(a));
+        std::string payload;
+        ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecord(a, &payload));
+        if (h.type != RecordType::kDelta) break;
+        a = h.prev;
       }
-      RETURN_IF_ERROR(EnsureStable(a));
-      std::string payload;
-      ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecord(a, &payload));
-      if (h.type != RecordType::kDelta) break;
-      a = h.prev;
     }
     if (!live) return Status::OK();
 
     // Rewrite the whole durable state as one kBase record at the tail.
-    uint64_t bound = 0;
-    LssAddress end = kNullAddress;
-    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(at, &bound, &end));
+    LoadedState loaded_state;
+    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(at, &loaded_state));
+    const uint64_t bound = loaded_state.bound;
     std::vector<const PageNode*> pieces;
     for (const PageNode* n = loaded; n != nullptr; n = n->next) pieces.push_back(n);
     const size_t payload = PagePayloadSize(pieces);
     const size_t span = RecordSpan(payload);
-    NoEvictionScope no_eviction_while_reserved;
-    Result<Reservation> rr = lss_->Reserve(span);
+      Result<Reservation> rr = lss_->Reserve(span);
     if (!rr.ok()) {
       DiscardChain(loaded);
       return rr.status();
@@ -1083,6 +1131,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       rel->seq = head->seq + 1;
       rel->address = r.address;
       rel->end = r.address + span;
+      rel->base = r.address;
       rel->next = const_cast<PageNode*>(head);
       built = rel;
       desired = MappingTable::FromPointer(rel);
@@ -1098,6 +1147,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       ps->annotation = old_ps->annotation;
       ps->address = r.address;
       ps->end = r.address + span;
+      ps->base = r.address;
       PageNode* top = ps;
       for (auto it = copies.rbegin(); it != copies.rend(); ++it) {
         PageNode* c = NewNode((*it)->kind, (*it)->size, (*it)->tag);
@@ -1140,10 +1190,6 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
 
 Result<CleanResult> Llama::Clean(size_t max_segments) {
   std::lock_guard<std::mutex> lock(clean_mu_);
-  return CleanLocked(max_segments);
-}
-
-Result<CleanResult> Llama::CleanLocked(size_t max_segments) {
   CleanResult result;
   const uint64_t segment_size = lss_->identity().segment_size;
   for (size_t i = 0; i < max_segments; ++i) {

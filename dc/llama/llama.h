@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -113,7 +114,24 @@ class Llama {
   // more; only the destructor may follow.
   Status Close();
 
-  [[nodiscard]] EpochManager::Guard Enter() { return epochs_->Enter(); }
+  // An epoch guard. Work the cache defers until no guard is held (eviction
+  // when over budget, cleaning when the LSS holds too many segments) runs
+  // when a thread releases its outermost guard, so that the garbage it makes
+  // can be reclaimed as it goes.
+  class Guard {
+   public:
+    Guard(Guard&& other) noexcept;
+    Guard& operator=(Guard&&) = delete;
+    Guard(const Guard&) = delete;
+    ~Guard();
+
+   private:
+    friend class Llama;
+    Guard(Llama* llama, EpochManager::Guard epoch);
+    Llama* llama_;
+    std::optional<EpochManager::Guard> epoch_;
+  };
+  [[nodiscard]] Guard Enter();
 
   // ---- Page data operations ----
 
@@ -158,10 +176,11 @@ class Llama {
   // already swapped, private to a system transaction) or the CAS failed.
   bool SwapOut(PageId pid);
 
-  // Evicts pages with a CLOCK policy until memory is at or below the target
-  // fraction of the budget, or a full sweep found nothing more to drop.
-  // Threads that allocate nodes call it on their own when over budget; the
-  // caller must not hold an epoch guard (reclamation needs guards released).
+  // Evicts pages with a CLOCK policy until memory (less garbage that waits
+  // only for other threads' guards) is at or below the target fraction of the
+  // budget, or two sweeps found nothing more to drop. Runs on its own when a
+  // thread that allocated over budget releases its outermost guard.
+  // REQUIRES: the caller holds no guard (its garbage could not be reclaimed).
   Status EnforceBudget();
   size_t MemoryUsage() const;
 
@@ -255,13 +274,21 @@ class Llama {
   // Relocates the page's LSS state if any record of it lies in [lo, hi).
   Status RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result);
   void MaybeClean(LssAddress flushed_at);
-  Result<CleanResult> CleanLocked(size_t max_segments);  // REQUIRES: clean_mu_ held
   void MaybeEnforceBudget();
+  // Runs eviction and cleaning that were asked for while guards were held.
+  // REQUIRES: the calling thread holds no guard.
+  void RunDeferredWork();
 
   static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // What LoadFromLss learns besides the nodes.
+  struct LoadedState {
+    uint64_t bound = 0;             // the newest record's flush bound
+    LssAddress end = kNullAddress;  // end of the newest record
+    LssAddress base = kNullAddress; // the kBase record ending the chain
+  };
   // Reads the page's LSS state at `address` and returns its data nodes in
-  // chain order (newest first), linked; *bound is the newest record's bound.
-  Result<PageNode*> LoadFromLss(LssAddress address, uint64_t* bound, LssAddress* end);
+  // chain order (newest first), linked.
+  Result<PageNode*> LoadFromLss(LssAddress address, LoadedState* state);
   // Waits until the record at `a` is stable (it may be in a flush buffer).
   // REQUIRES: the calling thread holds no LSS reservation.
   Status EnsureStable(LssAddress a);
@@ -303,6 +330,10 @@ class Llama {
   std::mutex evict_mu_;            // one evictor at a time
   PageId clock_hand_ = 1;          // GUARDED_BY(evict_mu_)
   std::atomic<uint64_t> eviction_passes_{0}, eviction_flushes_{0};
+  // Set when work waits for a guard-free moment (relaxed: a hint; the work
+  // itself synchronizes through its mutexes).
+  std::atomic<bool> eviction_wanted_{false};
+  std::atomic<size_t> cleaning_wanted_{0};  // segments to clean
 
   std::mutex clean_mu_;                  // one cleaner at a time
   LssAddress cleaned_frontier_ = 0;      // GUARDED_BY(clean_mu_): all below is cleaned

@@ -247,8 +247,11 @@ class LogStructuredStore::Impl {
   // with none active.
   void ReleaseActive(uint32_t slot, uint32_t generation);
   void IssueIo(uint32_t slot);
+  // Header, records checksum and zero padding of a sealed, idle-of-writers
+  // buffer, ready for WriteBuffer.
+  void PrepareBuffer(FlushBuffer& b);
   void DoIo(uint32_t slot);
-  Status WriteBuffer(FlushBuffer& b, LssAddress base, uint64_t used, uint64_t sequence);
+  Status WriteBuffer(FlushBuffer& b, LssAddress base, uint64_t used);
   void Complete(uint32_t slot, uint32_t generation, uint64_t sequence, LssAddress end,
                 Status status);
   void IoThreadMain();
@@ -539,6 +542,10 @@ void LogStructuredStore::Impl::AfterSeal(uint32_t slot, uint64_t s_sealed, bool 
 }
 
 void LogStructuredStore::Impl::IssueIo(uint32_t slot) {
+  // The issuing thread (a flusher, or the sealer) fills in the header and
+  // checksums the records, so the I/O thread only writes and syncs: the
+  // checksum of one buffer overlaps the previous buffer's I/O.
+  PrepareBuffer(ring_[slot]);
   if (io_threads_.empty()) {
     DoIo(slot);
     return;
@@ -558,22 +565,27 @@ void LogStructuredStore::Impl::DoIo(uint32_t slot) {
   const uint64_t used = OffsetOf(s);
   const uint64_t sequence = sequence_origin_ + b.index;
   Status status;
-  if (!failed_.load()) status = WriteBuffer(b, base, used, sequence);
+  if (!failed_.load()) status = WriteBuffer(b, base, used);
   Complete(slot, GenerationOf(s), sequence, NextBufferBase(base, used, segment_size_),
            std::move(status));
 }
 
-Status LogStructuredStore::Impl::WriteBuffer(FlushBuffer& b, LssAddress base, uint64_t used,
-                                             uint64_t sequence) {
+void LogStructuredStore::Impl::PrepareBuffer(FlushBuffer& b) {
+  const uint64_t s = b.state.load(std::memory_order_acquire);  // sealed, frozen
+  const uint64_t used = OffsetOf(s);
   BufferHeader h;
-  h.base = base;
+  h.base = b.base.load();
   h.used = used;
-  h.sequence = sequence;
+  h.sequence = sequence_origin_ + b.index;
   h.stable_at_seal = b.stable_at_seal;
   h.records_crc = MaskedCrc(b.mem + kBufferHeaderSize, used);
   EncodeBufferHeader(h, b.mem);
   const uint64_t len = RoundUp(kBufferHeaderSize + used, kBufferAlign);
   std::memset(b.mem + kBufferHeaderSize + used, 0, len - kBufferHeaderSize - used);
+}
+
+Status LogStructuredStore::Impl::WriteBuffer(FlushBuffer& b, LssAddress base, uint64_t used) {
+  const uint64_t len = RoundUp(kBufferHeaderSize + used, kBufferAlign);
 
   const std::string where = "LSS write of the buffer at " + WhereA(base);
   Result<std::shared_ptr<Segment>> seg = SegmentForWrite(SegmentOf(base, segment_size_));

@@ -60,8 +60,9 @@ struct FlushNode : PageNode {
   LssAddress end;       // end of that record (stable once HiStable >= end)
   uint64_t annotation;  // the caller's annotation of the flush
   uint64_t seq_hi;      // kPartialSwap: seq of the topmost flush when swapped
+  LssAddress base;      // the kBase record that ends the LSS chain from `address`
 };
-static_assert(sizeof(FlushNode) == 72, "FlushNode layout");
+static_assert(sizeof(FlushNode) == 80, "FlushNode layout");
 
 inline const FlushNode* AsFlush(const PageNode* n) { return static_cast<const FlushNode*>(n); }
 

@@ -2,9 +2,9 @@
 // deterministic workload (page creation by system transactions, split-like
 // SMOs, frees, deltas with scattered tags, flushes under bounds, Update-R
 // consolidations, swap-outs, Mk-Stable, checkpoints and cleaning over several
-// segments) is run against a model; the store dies at the N-th write, sync or
-// metadata I/O (or at a random point without an error), is reopened, and every
-// page must come back exactly as the model says.
+// segments) is run against a model; the store dies at the N-th read, write,
+// sync or metadata I/O (or at a random point without an error), is reopened,
+// and every page must come back exactly as the model says.
 //
 // The model (what it assumes):
 //  1. A page's durable state changes only by records in the LSS: a flush, a
@@ -70,8 +70,8 @@ uint64_t CrashSeed() {
   return e != nullptr && *e != '\0' ? TestSeed() : kDefaultSeed;
 }
 
-// Small segments so that a few hundred KiB of records span several of them
-// (cleaning needs whole segments behind the tail), and a page state fits one
+// Small segments so that the workload's ~1.5 MiB of records span several
+// (cleaning needs whole segments behind the tail); a page state fits one
 // 64 KiB buffer.
 LlamaOptions CrashOptions() {
   LlamaOptions o;
@@ -617,6 +617,10 @@ struct CrashPoint {
   int stop_after = -1;   // without a failure: crash after this many steps
   CrashMode mode = CrashMode::kDropUnsynced;
   int io_threads = 0;
+  // Also fail the recovery_n-th I/O of kind recovery_op of the first reopen
+  // and crash again (opened or not) before the reopen that is checked.
+  Op recovery_op = Op::kWrite;
+  uint64_t recovery_n = 0;
 };
 
 struct RunCounts {
@@ -627,6 +631,7 @@ struct RunCounts {
 
 const char* OpName(Op op) {
   switch (op) {
+    case Op::kOpen: return "open";
     case Op::kRead: return "read";
     case Op::kWrite: return "write";
     case Op::kSync: return "sync";
@@ -641,7 +646,8 @@ RunCounts CrashAndRecover(uint64_t seed, const CrashPoint& p) {
   INFO("seed " << seed << ", " << (p.n != 0 ? OpName(p.op) : "no") << " failure at " << p.n
                << ", stop after " << p.stop_after << ", "
                << (p.mode == CrashMode::kDropUnsynced ? "drop" : "tear") << " mode, io_threads "
-               << p.io_threads);
+               << p.io_threads << ", " << (p.recovery_n != 0 ? OpName(p.recovery_op) : "no")
+               << " failure in recovery at " << p.recovery_n);
   LlamaOptions o = CrashOptions();
   o.lss.io_threads = p.io_threads;
   auto mem = NewMemEnv();
@@ -671,6 +677,17 @@ RunCounts CrashAndRecover(uint64_t seed, const CrashPoint& p) {
   }
   INFO("stopped after " << counts.steps << " steps: " << died << "; stable " << stable);
   env.ClearFailures();
+  if (p.recovery_n != 0) {
+    // The process dies again while recovering (cutting the torn tail, say).
+    env.FailNth(p.recovery_op, p.recovery_n, Code::kIOError);
+    auto r = Llama::Open(&env, "/db", o);
+    INFO("interrupted recovery: " << r.status().ToString());
+    REQUIRE(env.SimulateCrash(p.mode == CrashMode::kDropUnsynced ? CrashMode::kTearUnsynced
+                                                                 : CrashMode::kDropUnsynced)
+                .ok());
+    if (r.ok()) (*r)->TEST_SkipCloseOnDestroy();
+    env.ClearFailures();
+  }
   std::map<PageId, Expected> expected;
   PageId extra = 0;
   {
@@ -754,7 +771,15 @@ void CrashAtIoPoints(uint64_t samples) {
       CrashPoint p;
       p.op = op;
       p.n = n;
-      p.mode = round++ % 2 == 0 ? CrashMode::kDropUnsynced : CrashMode::kTearUnsynced;
+      p.mode = round % 2 == 0 ? CrashMode::kDropUnsynced : CrashMode::kTearUnsynced;
+      // Every third run also dies in its first recovery, at one of its
+      // first few writes, syncs or metadata changes.
+      if (round % 3 == 2) {
+        const Op ops[] = {Op::kWrite, Op::kSync, Op::kMetadata};
+        p.recovery_op = ops[(round / 3) % 3];
+        p.recovery_n = 1 + static_cast<uint64_t>(round / 9) % 3;
+      }
+      ++round;
       CrashAndRecover(seed, p);
     }
   }
@@ -781,6 +806,55 @@ TEST_CASE("Crash at random points with flushes in flight recovers the stable sta
     p.mode = round % 2 == 0 ? CrashMode::kTearUnsynced : CrashMode::kDropUnsynced;
     p.io_threads = 1;  // buffers are written behind the workload's back
     CrashAndRecover(seed + static_cast<uint64_t>(round), p);
+  }
+}
+
+TEST_CASE("Crash while creating the store leaves one that opens", "[dc][llama][crash]") {
+  const LlamaOptions o = CrashOptions();
+  std::map<Op, uint64_t> counts;
+  {
+    auto mem = NewMemEnv();
+    FaultInjectionEnv env(mem.get(), 1);
+    auto l = OpenOrDie(&env, o);
+    for (Op op : {Op::kOpen, Op::kWrite, Op::kSync, Op::kMetadata}) counts[op] = env.OpCount(op);
+  }
+  int round = 0;
+  for (const auto& [op, count] : counts) {
+    for (uint64_t n = 1; n <= count; ++n, ++round) {
+      INFO(OpName(op) << " failure at " << n << " of " << count);
+      auto mem = NewMemEnv();
+      FaultInjectionEnv env(mem.get(), n);
+      env.FailNth(op, n, Code::kIOError);
+      {
+        auto r = Llama::Open(&env, "/db", o);
+        INFO(r.status().ToString());
+        REQUIRE(env.SimulateCrash(round % 2 == 0 ? CrashMode::kDropUnsynced
+                                                 : CrashMode::kTearUnsynced)
+                    .ok());
+        if (r.ok()) (*r)->TEST_SkipCloseOnDestroy();
+      }
+      env.ClearFailures();
+      PageId pid = 0;
+      {
+        auto l = OpenOrDie(&env, o);
+        auto g = l->Enter();
+        auto txn = l->TBegin();
+        auto a = l->TAllocate(txn.get());
+        REQUIRE(a.ok());
+        pid = *a;
+        auto u = l->TUpdateD(txn.get(), pid, nullptr, MakeNode(l.get(), NodeKind::kBase, "b", 1));
+        REQUIRE(u.ok());
+        REQUIRE(*u);
+        auto c = l->TCommit(txn.get(), 0, nullptr, nullptr, kAll, 0);
+        REQUIRE(c.ok());
+        REQUIRE(*c);
+      }
+      auto l = OpenOrDie(&env, o);
+      auto g = l->Enter();
+      auto r = l->Read(pid);
+      REQUIRE(r.ok());
+      CHECK(Nodes(*r) == std::vector<std::string>{"b@1"});
+    }
   }
 }
 

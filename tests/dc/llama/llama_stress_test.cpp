@@ -282,7 +282,7 @@ bool Consolidate(Llama* l, PageId pid, uint64_t bound, Failures* f) {
   return false;
 }
 
-// Flushes every page under no bound until clean, and returns its contents.
+// Flushes the page under no bound until clean, and returns its contents.
 std::vector<std::string> FlushAllOf(Llama* l, PageId pid) {
   auto g = l->Enter();
   for (;;) {
@@ -417,13 +417,8 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
 // What the SMO thread did, for the checks after joining.
 struct SmoRecord {
   PageId left = 0, right = 0;
-  std::string id;           // "Q<i>" on right's base, "S<i>" as left's delta
+  std::string id;  // "Q<i>" on right's base, "S<i>" as left's delta
   bool committed = false;
-  LssAddress address = 0;   // committed: inside its transaction record
-};
-struct FreeRecord {
-  PageId pid = 0;
-  LssAddress address = 0;   // inside the freeing transaction's record
 };
 
 // The address of the page's newest LSS state (its topmost flush node, or the
@@ -451,7 +446,7 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
   o.checkpoint_on_close = false;
   Pages pages;
   std::vector<SmoRecord> smos;
-  std::vector<FreeRecord> frees;
+  std::vector<PageId> frees;  // freed by committed SMOs
   std::set<PageId> allocated_later;  // PIDs the SMO thread got more than once
   std::map<PageId, std::vector<std::string>> expected;
   {
@@ -537,9 +532,10 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
           break;
         }
         rec.committed = true;
-        rec.address = LssHead(l.get(), rec.right);
-        if (rec.address == 0) failures.Add("SMO " + rec.id + ": new page has no LSS state");
-        if (victim != 0) frees.push_back(FreeRecord{victim, rec.address});
+        if (LssHead(l.get(), rec.right) == 0) {
+          failures.Add("SMO " + rec.id + ": new page has no LSS state");
+        }
+        if (victim != 0) frees.push_back(victim);
         if (extra != 0) doomed.push_back(extra);
         smos.push_back(rec);
         // Now updaters, flushers and readers use it.
@@ -650,11 +646,11 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
       CHECK(l->Read(s.right).status().IsNotFound());
     }
   }
-  for (const FreeRecord& f : frees) {
-    if (allocated_later.count(f.pid) != 0) continue;
-    INFO("freed page " << f.pid);
+  for (PageId f : frees) {
+    if (allocated_later.count(f) != 0) continue;
+    INFO("freed page " << f);
     auto g = l->Enter();
-    CHECK(l->Read(f.pid).status().IsNotFound());
+    CHECK(l->Read(f).status().IsNotFound());
   }
 }
 

@@ -67,7 +67,8 @@ PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view payload, uint64_t t
 std::vector<std::string> Contents(const PageNode* head) {
   std::vector<std::string> out;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->is_data()) out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
+    if (!n->is_data()) continue;
+    out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
   }
   return out;
 }
@@ -171,8 +172,9 @@ std::string CheckChain(const PageNode* head, const Slot& slot, const uint64_t* a
       if (id.empty()) return "empty id";
       if (id[0] != 'u') continue;  // a page's own base, or an SMO's
       const size_t dot = id.find('.');
-      const int t = dot == std::string_view::npos ? -1 : std::atoi(std::string(id.substr(1, dot - 1)).c_str());
-      const uint64_t k = dot == std::string_view::npos ? 0 : std::strtoull(std::string(id.substr(dot + 1)).c_str(), nullptr, 10);
+      if (dot == std::string_view::npos) return "id " + std::string(id) + " is malformed";
+      const int t = std::atoi(std::string(id.substr(1, dot - 1)).c_str());
+      const uint64_t k = std::strtoull(std::string(id.substr(dot + 1)).c_str(), nullptr, 10);
       if (t < 0 || t >= updaters || k == 0 || k > slot.issued[t].load()) {
         return "id " + std::string(id) + " was never written";
       }
@@ -243,20 +245,24 @@ bool Update(Llama* l, Slot* slot, int t, std::atomic<uint64_t>* next_tag, Failur
 // Update-R by the DC's rule: nodes with tag <= bound, and the base, fold into
 // a new base holding their ids; nodes above the bound stay on top as copies.
 // False if the page changed meanwhile.
-bool Consolidate(Llama* l, PageId pid, uint64_t bound, Failures* f) {
+// The chain it reads is checked like a reader's.
+bool Consolidate(Llama* l, const Slot& slot, uint64_t bound, int updaters, Failures* f) {
+  uint64_t acked[kMaxUpdaters] = {};
+  for (int t = 0; t < updaters; ++t) acked[t] = slot.acked[t].load();
+  const PageId pid = slot.pid.load();
   auto g = l->Enter();
   auto head = l->Read(pid);
   if (!head.ok()) {
     f->Add("consolidate: " + head.status().ToString());
     return false;
   }
+  if (const std::string why = CheckChain(*head, slot, acked, updaters); !why.empty()) {
+    f->Add("consolidate: page " + std::to_string(pid) + ": " + why);
+    return false;
+  }
   std::vector<const PageNode*> data;
   for (const PageNode* n = *head; n != nullptr; n = n->next) {
     if (n->is_data()) data.push_back(n);
-  }
-  if (data.empty()) {
-    f->Add("consolidate: page " + std::to_string(pid) + " has no data nodes");
-    return false;
   }
   std::string folded;
   uint64_t base_tag = 0;
@@ -328,7 +334,9 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
     std::atomic<int> updaters_done{0};
     Failures failures;
     std::atomic<uint64_t> consolidations{0}, flushes{0}, swaps{0}, reads{0};
-    auto running = [&](int round) { return round < kMinRounds || updaters_done.load() < kMaxUpdaters; };
+    auto running = [&](int round) {
+      return round < kMinRounds || updaters_done.load() < kMaxUpdaters;
+    };
     std::vector<std::thread> threads;
     for (int t = 0; t < kMaxUpdaters; ++t) {
       threads.emplace_back([&, t] {
@@ -344,7 +352,8 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
       for (int round = 0; running(round); ++round) {
         const uint64_t tag = next_tag.load();
         const uint64_t bound = tag - std::min(tag, rnd.Uniform(40));
-        if (Consolidate(l.get(), pages.slots[rnd.Uniform(kPages)].pid.load(), bound, &failures)) {
+        if (Consolidate(l.get(), pages.slots[rnd.Uniform(kPages)], bound, kMaxUpdaters,
+                        &failures)) {
           consolidations++;
         }
       }
@@ -374,13 +383,16 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
         s = l->MakeStable(l->Tail());
         if (!s.ok()) failures.Add("make stable: " + s.ToString());
         auto g = l->Enter();
-        for (int i = 0; i < 3; ++i) swaps += l->SwapOut(pages.slots[rnd.Uniform(kPages)].pid.load());
+        for (int i = 0; i < 3; ++i) {
+          swaps += l->SwapOut(pages.slots[rnd.Uniform(kPages)].pid.load());
+        }
       }
     });
     threads.emplace_back([&] {  // reader
       Random64 rnd(seed + 13);
       for (int round = 0; running(round); ++round) {
-        const std::string why = ReadAndCheck(l.get(), pages.slots[rnd.Uniform(kPages)], kMaxUpdaters);
+        const std::string why =
+            ReadAndCheck(l.get(), pages.slots[rnd.Uniform(kPages)], kMaxUpdaters);
         if (!why.empty()) failures.Add(why);
         reads++;
       }
@@ -428,7 +440,9 @@ LssAddress LssHead(Llama* l, PageId pid) {
   if (MappingTable::IsLss(e)) return MappingTable::ToLss(e);
   if (!MappingTable::IsMemory(e)) return 0;
   for (const PageNode* n = MappingTable::ToPointer<const PageNode>(e); n != nullptr; n = n->next) {
-    if (n->kind == NodeKind::kFlush || n->kind == NodeKind::kPartialSwap) return AsFlush(n)->address;
+    if (n->kind == NodeKind::kFlush || n->kind == NodeKind::kPartialSwap) {
+      return AsFlush(n)->address;
+    }
   }
   return 0;
 }
@@ -556,11 +570,12 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
     threads.emplace_back([&] {  // flusher and consolidator
       Random64 rnd(seed + 21);
       for (int round = 0; running(round); ++round) {
-        const PageId pid = pages.slots[rnd.Uniform(pages.published.load())].pid.load();
+        const Slot& slot = pages.slots[rnd.Uniform(pages.published.load())];
+        const PageId pid = slot.pid.load();
         const uint64_t tag = next_tag.load();
         const uint64_t bound = tag - std::min(tag, rnd.Uniform(30));
         if (rnd.OneIn(4)) {
-          Consolidate(l.get(), pid, bound, &failures);
+          Consolidate(l.get(), slot, bound, kMaxUpdaters, &failures);
           continue;
         }
         auto g = l->Enter();

@@ -319,7 +319,7 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   constexpr int kPages = 6;
-  constexpr int kUpdates = 2500;  // per updater
+  constexpr int kUpdates = 1500;  // per updater
   constexpr int kMinRounds = 300;  // of every other thread
   auto mem = NewMemEnv();
   LlamaOptions o = StressOptions();

@@ -86,8 +86,14 @@ Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
     RETURN_IF_ERROR(env->CreateDirs(dir));
     ASSIGN_OR_RETURN(llama->dir_lock_, DirLock::Acquire(env, dir));
   }
-  ASSIGN_OR_RETURN(llama->lss_, LogStructuredStore::Open(env, dir, options.lss));
-  RETURN_IF_ERROR(llama->Recover());
+  Status s = [&]() -> Status {
+    ASSIGN_OR_RETURN(llama->lss_, LogStructuredStore::Open(env, dir, options.lss));
+    return llama->Recover();
+  }();
+  if (!s.ok()) {
+    llama->closed_ = true;  // never opened: nothing to make stable or checkpoint
+    return s;
+  }
   return llama;
 }
 
@@ -737,6 +743,7 @@ Status Llama::EnforceBudget() {
       if (private_pages_.count(pid) != 0) continue;
     }
     Result<FlushResult> r = Flush(pid, bound, 0);
+    if (!r.ok() && r.status().IsNotFound()) continue;  // freed under the evictor
     if (!r.ok()) return r.status();
     if (r->outcome == FlushOutcome::kFlushed) {
       eviction_flushes_.fetch_add(1, std::memory_order_relaxed);
@@ -964,10 +971,13 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
   outer.count = static_cast<uint32_t>(count);
   outer.annotation = annotation;
   EncodeRecord(outer, Slice(r.dst + kRecordHeaderSize, inner), r.dst);
-  lss_->Commit(r);
-
+  // The in-memory effects of the commit (frees, leaving the ATT) come before
+  // the record may become stable: a checkpoint whose RSP (Hi-Stable) is past
+  // this record must see them, or recovery, which does not replay the record,
+  // would bring the freed pages back and lose the new ones.
   FreePagesNow(txn->freed_);
   EndTransaction(txn);
+  lss_->Commit(r);
   txn_commits_.fetch_add(1, std::memory_order_relaxed);
   flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
   flush_bytes_.fetch_add(RecordSpan(inner), std::memory_order_relaxed);

@@ -23,8 +23,9 @@
 //     so all of their records are in the prefix or none is.
 //  4. Flushed-ness follows page_node.h: a flush with bound B takes every
 //     unflushed data node with tag <= max(B, the page's bound), which is B
-//     after an Update-R (the new chain has no flush node); a page whose base is
-//     unflushed with a tag above that is kBlocked. The model predicts each
+//     after an Update-R (the new chain has no flush node); nothing to take is
+//     kClean, and a page with something to take whose base is unflushed with
+//     a tag above that is kBlocked. The model predicts each
 //     outcome and the test checks it, and before each change it checks the
 //     in-memory chain against the model, so the model cannot drift silently.
 //  5. The workload runs on one thread with io_threads 0, so it is replayed
@@ -198,11 +199,11 @@ struct MPage {
   FlushOutcome Flush(uint64_t max_tag, bool apply) {
     if (nodes.empty()) return FlushOutcome::kClean;
     const uint64_t eff = has_flush ? std::max(bound, max_tag) : max_tag;
-    const MNode& base = nodes.back();
-    if (!base.flushed && base.tag > eff) return FlushOutcome::kBlocked;
     bool any = false;
     for (const MNode& n : nodes) any |= !n.flushed && n.tag <= eff;
     if (!any) return FlushOutcome::kClean;
+    const MNode& base = nodes.back();
+    if (!base.flushed && base.tag > eff) return FlushOutcome::kBlocked;
     if (apply) {
       for (MNode& n : nodes) n.flushed |= n.tag <= eff;
       has_flush = true;

@@ -587,9 +587,7 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
       Random64 rnd(seed + 22);
       for (int round = 0; running(round); ++round) {
         Status s = l->EnforceBudget();
-        // NotFound: a page freed under the evictor, the known bug of "Eviction
-        // tolerates pages freed under it"; not this case's subject.
-        if (!s.ok() && !s.IsNotFound()) failures.Add("enforce budget: " + s.ToString());
+        if (!s.ok()) failures.Add("enforce budget: " + s.ToString());
         {
           // Any PID, private ones included: SwapOut must leave those alone.
           auto g = l->Enter();
@@ -677,15 +675,15 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
 // another thread seals buffers and a third checkpoints the moment Hi-Stable
 // moves, and checks every checkpoint against the transactions' records.
 //
-// Known bug (fails in about half the runs, debug build): TCommit frees PIDs
-// and drops its pages from the private set only after lss_->Commit(), and the
-// record can be stable by then (io_threads 0: the committer writes a sealed
-// buffer inside Commit). A checkpoint starting in that window takes an RSP
-// above the record, yet records the new pages as free (still private) and
-// the freed ones as allocated; recovery from it loses the SMO's new page
-// while keeping its final delta. Tagged [!mayfail] until dc/ is fixed.
+// Regression: TCommit used to free PIDs and drop its pages from the private
+// set only after lss_->Commit(), when the record can already be stable
+// (io_threads 0: the committer writes a sealed buffer inside Commit). A
+// checkpoint starting in that window took an RSP above the record, yet
+// recorded the new pages as free (still private) and the freed ones as
+// allocated; recovery from it lost the SMO's new page while keeping its
+// final delta.
 TEST_CASE("A checkpoint taken as a transaction becomes stable sees the transaction whole",
-          "[dc][llama][stress][txn][!mayfail]") {
+          "[dc][llama][stress][txn]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   constexpr int kTxns = 600;
@@ -824,12 +822,11 @@ TEST_CASE("A checkpoint taken as a transaction becomes stable sees the transacti
 // pages it looks at may be freed by a committing transaction under it; that
 // must not fail eviction.
 //
-// Known bug (fails in most runs): EnforceBudget checks that the page is in
-// memory, then calls Flush, whose Read returns NotFound once a TCommit freed
-// the page in between; EnforceBudget returns that error and stops its pass.
-// Tagged [!mayfail] until dc/ is fixed.
+// Regression: EnforceBudget checked that the page was in memory, then called
+// Flush, whose Read returns NotFound once a TCommit freed the page in
+// between; EnforceBudget returned that error and stopped its pass.
 TEST_CASE("Eviction tolerates pages freed under it",
-          "[dc][llama][stress][txn][budget][!mayfail]") {
+          "[dc][llama][stress][txn][budget]") {
   constexpr int kRounds = 400;
   auto mem = NewMemEnv();
   LlamaOptions o = StressOptions();

@@ -572,7 +572,9 @@ TEST_CASE("A budget a quarter of the data still reads every page back", "[dc][ll
 TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][budget]") {
   auto mem = NewMemEnv();
   LlamaOptions o = SmallOptions();
-  o.memory_budget = 64 << 10;
+  // A budget nothing fits in: every sweep flushes and swaps out every cold
+  // page it can, so the page below is sure to be visited.
+  o.memory_budget = 1;
   o.eviction_flush_bound = [] { return uint64_t{10}; };
   PageId pid;
   {
@@ -580,9 +582,8 @@ TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][b
     pid = CreatePage(l.get(), "base");
     AddDelta(l.get(), pid, "durable", 5);
     AddDelta(l.get(), pid, "not-yet", 50);  // above the bound: must never reach the LSS
-    const std::string filler(2000, 'f');
-    for (int i = 0; i < 200; ++i) CreatePage(l.get(), filler);
     REQUIRE(l->EnforceBudget().ok());
+    CHECK(l->GetStats().eviction_flushes > 0);
     CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"not-yet@50", "durable@5", "base@0"});
     REQUIRE(l->Close().ok());
   }

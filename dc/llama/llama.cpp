@@ -109,7 +109,7 @@ Status Llama::Recover() {
     checkpoint_rsp_[0] = 0;
     checkpoint_rsp_[1] = d.rsp;
     gc_frontier_.store(d.gc_frontier);
-    cleaned_frontier_ = d.gc_frontier;
+    cleaned_frontier_.store(d.gc_frontier);
     for (size_t i = 0; i < d.entries.size(); ++i) {
       const uint64_t e = d.entries[i];
       if (e == 0) continue;
@@ -222,7 +222,7 @@ void Llama::RunDeferredWork() {
   }
   const size_t segments = cleaning_wanted_.exchange(0, std::memory_order_relaxed);
   if (segments > 0) {
-    Result<CleanResult> r = Clean(segments);
+    Result<CleanResult> r = CleanSegments(segments, /*release_now=*/false);
     if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());
   }
 }
@@ -1068,7 +1068,10 @@ void Llama::MaybeClean(LssAddress flushed_at) {
       !tail_segment_seen_.compare_exchange_strong(seen, segment, std::memory_order_relaxed)) {
     return;
   }
-  const uint64_t held = lss_->TailSegment() - lss_->LowestSegment() + 1;
+  const uint64_t segment_size = lss_->identity().segment_size;
+  const uint64_t first_uncleaned =
+      std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
+  const uint64_t held = lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
   if (held <= options_.cleaning_trigger_segments) return;
   // The flushing thread holds a guard: clean when it lets go of it.
   cleaning_wanted_.store(held - std::max<size_t>(options_.cleaning_target_segments, 1),
@@ -1199,11 +1202,16 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
 }
 
 Result<CleanResult> Llama::Clean(size_t max_segments) {
+  return CleanSegments(max_segments, /*release_now=*/true);
+}
+
+Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) {
   std::lock_guard<std::mutex> lock(clean_mu_);
   CleanResult result;
   const uint64_t segment_size = lss_->identity().segment_size;
   for (size_t i = 0; i < max_segments; ++i) {
-    const uint64_t victim = std::max(lss_->LowestSegment(), cleaned_frontier_ / segment_size);
+    const uint64_t victim =
+        std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
     const LssAddress lo = victim * segment_size;
     const LssAddress hi = lo + segment_size;
     // Only whole, stable segments behind the one being written.
@@ -1217,26 +1225,33 @@ Result<CleanResult> Llama::Clean(size_t max_segments) {
     std::sort(pids.begin(), pids.end());
     pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
     for (PageId pid : pids) RETURN_IF_ERROR(RelocateIfLive(pid, lo, hi, &result));
-    cleaned_frontier_ = hi;
+    cleaned_frontier_.store(hi);
     result.segments_cleaned++;
   }
-  if (result.segments_cleaned == 0) return result;
-  // Two checkpoints after the relocations: neither slot can send recovery
-  // into the cleaned segments any more (LLAMA 4.3 and 6.2).
-  gc_frontier_.store(cleaned_frontier_);
+  segments_cleaned_.fetch_add(result.segments_cleaned, std::memory_order_relaxed);
+  pages_relocated_.fetch_add(result.pages_relocated, std::memory_order_relaxed);
+  bytes_relocated_.fetch_add(result.bytes_relocated, std::memory_order_relaxed);
+
+  // Releasing costs two checkpoints (after the relocations, so that neither
+  // slot can send recovery into the cleaned segments; LLAMA 4.3 and 6.2):
+  // automatic cleaning pays it once per batch.
+  const LssAddress frontier = cleaned_frontier_.load();
+  const uint64_t unreleased = frontier / segment_size > lss_->LowestSegment()
+                                  ? frontier / segment_size - lss_->LowestSegment()
+                                  : 0;
+  const uint64_t batch = std::max<uint64_t>(options_.cleaning_trigger_segments, 1);
+  if (unreleased == 0 || (!release_now && unreleased < batch)) return result;
+  gc_frontier_.store(frontier);
   RETURN_IF_ERROR(Checkpoint());
   RETURN_IF_ERROR(Checkpoint());
   LssAddress release;
   {
     std::lock_guard<std::mutex> ck(checkpoint_mu_);
-    release = std::min({cleaned_frontier_, checkpoint_rsp_[0], checkpoint_rsp_[1]});
+    release = std::min({frontier, checkpoint_rsp_[0], checkpoint_rsp_[1]});
   }
   const uint64_t before = lss_->LowestSegment();
   RETURN_IF_ERROR(lss_->ReleaseSegmentsBelow(release));
   result.segments_released = lss_->LowestSegment() - before;
-  segments_cleaned_.fetch_add(result.segments_cleaned, std::memory_order_relaxed);
-  pages_relocated_.fetch_add(result.pages_relocated, std::memory_order_relaxed);
-  bytes_relocated_.fetch_add(result.bytes_relocated, std::memory_order_relaxed);
   return result;
 }
 

@@ -54,9 +54,12 @@ struct LlamaOptions {
   // Eviction stops once memory is at or below this fraction of the budget.
   double eviction_target = 0.9;
   // Cleaning (LLAMA 4.3): when a flush moves the LSS tail into a new segment
-  // and more than `cleaning_trigger_segments` segments are held, that thread
-  // cleans the oldest ones until `cleaning_target_segments` remain. 0: never
-  // automatically (Clean() can still be called).
+  // and more than `cleaning_trigger_segments` segments are held that are not
+  // cleaned yet, that thread (once it leaves its guard) cleans the oldest ones
+  // until `cleaning_target_segments` remain. Cleaned segments are released
+  // (after two checkpoints) in batches of `cleaning_trigger_segments`, so
+  // the files held peak near twice the trigger. 0: never automatically
+  // (Clean() can still be called).
   size_t cleaning_trigger_segments = 0;
   size_t cleaning_target_segments = 0;
 };
@@ -271,6 +274,9 @@ class Llama {
   Llama(Env* env, std::string dir, LlamaOptions options);
   Status Recover();
   void Touch(PageId pid);
+  // Clean(); releasing cleaned segments (two checkpoints) at once, or only
+  // once a batch of cleaned segments waits for it.
+  Result<CleanResult> CleanSegments(size_t max_segments, bool release_now);
   // Relocates the page's LSS state if any record of it lies in [lo, hi).
   Status RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result);
   void MaybeClean(LssAddress flushed_at);
@@ -336,7 +342,8 @@ class Llama {
   std::atomic<size_t> cleaning_wanted_{0};  // segments to clean
 
   std::mutex clean_mu_;                  // one cleaner at a time
-  LssAddress cleaned_frontier_ = 0;      // GUARDED_BY(clean_mu_): all below is cleaned
+  // All below is cleaned (relocated); written under clean_mu_, read anywhere.
+  std::atomic<LssAddress> cleaned_frontier_{0};
   std::atomic<uint64_t> tail_segment_seen_{0};
   std::atomic<uint64_t> segments_cleaned_{0}, pages_relocated_{0}, bytes_relocated_{0};
 

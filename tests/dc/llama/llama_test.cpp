@@ -675,3 +675,46 @@ TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llam
 
 }  // namespace
 }  // namespace deuteron::llama
+
+namespace deuteron::llama {
+namespace {
+
+TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][clean]") {
+  auto mem = NewMemEnv();
+  LlamaOptions o = SmallOptions();
+  o.lss.buffer_size = 256 << 10;
+  o.cleaning_trigger_segments = 3;
+  o.cleaning_target_segments = 2;
+  const std::string filler(4000, 'a');
+  std::map<PageId, std::vector<std::string>> expected;
+  uint64_t max_held = 0;
+  {
+    auto l = OpenOrDie(mem.get(), o);
+    std::vector<PageId> pages;
+    for (int i = 0; i < 20; ++i) pages.push_back(CreatePage(l.get(), "p" + std::to_string(i)));
+    // About 10 MiB of flushes: enough 1 MiB segments for batched releases.
+    for (int round = 0; round < 2500; ++round) {
+      const PageId pid = pages[static_cast<size_t>(round) % pages.size()];
+      if ((round / 20) % 5 == 4) {
+        Consolidate(l.get(), pid);  // old states become garbage
+      } else {
+        AddDelta(l.get(), pid, std::to_string(round) + filler, 1);
+      }
+      REQUIRE(FlushPage(l.get(), pid, kAll) != FlushOutcome::kBlocked);
+      const uint64_t held = l->lss()->TailSegment() - l->lss()->LowestSegment() + 1;
+      max_held = std::max(max_held, held);
+    }
+    const auto s = l->GetStats();
+    CHECK(s.segments_cleaned > 0);
+    CHECK(s.lss.segments_released > 0);
+    // Cleaning starts above the trigger and releases in batches of the trigger.
+    CHECK(max_held <= 2 * o.cleaning_trigger_segments + 2);
+    for (PageId pid : pages) expected[pid] = ReadContents(l.get(), pid);
+    REQUIRE(l->Close().ok());
+  }
+  auto l = OpenOrDie(mem.get(), o);
+  for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
+}
+
+}  // namespace
+}  // namespace deuteron::llama

@@ -52,13 +52,17 @@
 #include "common/env.h"
 #include "common/fault_env.h"
 #include "common/random.h"
+#include "tests/dc/llama/llama_test_util.h"
 
 namespace deuteron::llama {
 namespace {
 
+using test::kAll;
+using test::MakeNode;
+using test::OpenOrDie;
+
 using Op = FaultInjectionEnv::Op;
 
-constexpr uint64_t kAll = ~0ull;
 constexpr uint64_t kDefaultSeed = 0x11a3a5eedull;
 constexpr int kSteps = 500;                 // workload steps per run
 constexpr size_t kMaxPageBytes = 24 << 10;  // consolidate above this (a state fits a buffer)
@@ -85,12 +89,6 @@ LlamaOptions CrashOptions() {
   return o;
 }
 
-std::unique_ptr<Llama> OpenOrDie(Env* env, const LlamaOptions& o) {
-  auto r = Llama::Open(env, "/db", o);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
 
 uint64_t Fnv(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
@@ -127,11 +125,9 @@ std::string PayloadFor(std::string_view name) {
   return p;
 }
 
-PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view name, uint64_t tag) {
-  const std::string payload = PayloadFor(name);
-  PageNode* n = l->NewNode(kind, payload.size(), tag);
-  std::memcpy(n->payload(), payload.data(), payload.size());
-  return n;
+// A data node named `name` (its payload is PayloadFor(name)).
+PageNode* MakeNamedNode(Llama* l, NodeKind kind, std::string_view name, uint64_t tag) {
+  return MakeNode(l, kind, PayloadFor(name), tag);
 }
 
 // Data nodes of a chain, newest first, as "name@tag"; a payload that is not
@@ -346,7 +342,7 @@ class Workload {
     const uint64_t tag = NextTag();
     auto g = l_->Enter();
     ASSIGN_OR_RETURN(const PageNode* head, ReadChecked(pid));
-    PageNode* d = MakeNode(l_, NodeKind::kDelta, name, tag);
+    PageNode* d = MakeNamedNode(l_, NodeKind::kDelta, name, tag);
     REQUIRE(l_->UpdateD(pid, head, d));
     m.nodes.insert(m.nodes.begin(), MNode{name, tag, false, d->size});
     ids_[name] = {name};
@@ -396,10 +392,10 @@ class Workload {
         kept.push_back(MNode{n.name, n.tag, false, n.bytes});
       }
     }
-    PageNode* base = MakeNode(l_, NodeKind::kBase, name, base_tag);
+    PageNode* base = MakeNamedNode(l_, NodeKind::kBase, name, base_tag);
     PageNode* top = base;
     for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
-      PageNode* d = MakeNode(l_, NodeKind::kDelta, it->name, it->tag);
+      PageNode* d = MakeNamedNode(l_, NodeKind::kDelta, it->name, it->tag);
       d->next = top;
       top = d;
     }
@@ -426,7 +422,7 @@ class Workload {
       return right.status();
     }
     auto u = l_->TUpdateD(txn.get(), *right, nullptr,
-                          MakeNode(l_, NodeKind::kBase, right_name, 0));
+                          MakeNamedNode(l_, NodeKind::kBase, right_name, 0));
     REQUIRE(u.ok());
     REQUIRE(*u);
     const PageId victim = PickVictim(left);
@@ -439,7 +435,7 @@ class Workload {
     MPage& lm = live_[left];
     uint64_t max_tag = FlushBound();
     if (!lm.nodes.back().flushed && lm.nodes.back().tag > max_tag) max_tag = kAll;
-    PageNode* d = MakeNode(l_, NodeKind::kDelta, connect, 0);
+    PageNode* d = MakeNamedNode(l_, NodeKind::kDelta, connect, 0);
     Result<bool> c = l_->TCommit(txn.get(), left, *head, d, max_tag, steps_);
     if (!c.ok()) {
       l_->DiscardNode(d);
@@ -477,7 +473,7 @@ class Workload {
       l_->TAbort(txn.get());
       return pid.status();
     }
-    auto u = l_->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l_, NodeKind::kBase, name, tag));
+    auto u = l_->TUpdateD(txn.get(), *pid, nullptr, MakeNamedNode(l_, NodeKind::kBase, name, tag));
     REQUIRE(u.ok());
     REQUIRE(*u);
     PageId empty = 0;
@@ -712,7 +708,7 @@ RunCounts CrashAndRecover(uint64_t seed, const CrashPoint& p) {
     if (extra != 0) {
       auto head = l->Read(extra);
       REQUIRE(head.ok());
-      PageNode* d = MakeNode(l.get(), NodeKind::kDelta, "after-crash", 7);
+      PageNode* d = MakeNamedNode(l.get(), NodeKind::kDelta, "after-crash", 7);
       REQUIRE(l->UpdateD(extra, *head, d));
       auto f = l->Flush(extra, kAll, 0);
       REQUIRE(f.ok());
@@ -723,7 +719,7 @@ RunCounts CrashAndRecover(uint64_t seed, const CrashPoint& p) {
     auto created = l->TAllocate(txn.get());
     REQUIRE(created.ok());
     auto u = l->TUpdateD(txn.get(), *created, nullptr,
-                         MakeNode(l.get(), NodeKind::kBase, "after-crash", 7));
+                         MakeNamedNode(l.get(), NodeKind::kBase, "after-crash", 7));
     REQUIRE(u.ok());
     REQUIRE(*u);
     auto c = l->TCommit(txn.get(), 0, nullptr, nullptr, kAll, 0);
@@ -843,7 +839,7 @@ TEST_CASE("Crash while creating the store leaves one that opens", "[dc][llama][c
         auto a = l->TAllocate(txn.get());
         REQUIRE(a.ok());
         pid = *a;
-        auto u = l->TUpdateD(txn.get(), pid, nullptr, MakeNode(l.get(), NodeKind::kBase, "b", 1));
+        auto u = l->TUpdateD(txn.get(), pid, nullptr, MakeNamedNode(l.get(), NodeKind::kBase, "b", 1));
         REQUIRE(u.ok());
         REQUIRE(*u);
         auto c = l->TCommit(txn.get(), 0, nullptr, nullptr, kAll, 0);

@@ -32,11 +32,15 @@
 #include "common/env.h"
 #include "common/random.h"
 #include "dc/llama/checkpoint.h"
+#include "tests/dc/llama/llama_test_util.h"
 
 namespace deuteron::llama {
 namespace {
 
-constexpr uint64_t kAll = ~0ull;
+using test::Contents;
+using test::kAll;
+using test::MakeNode;
+using test::OpenOrDie;
 
 LlamaOptions StressOptions() {
   LlamaOptions o;
@@ -48,29 +52,6 @@ LlamaOptions StressOptions() {
   // Far below the working set: threads that allocate nodes run the evictor.
   o.memory_budget = 48 << 10;
   return o;
-}
-
-std::unique_ptr<Llama> OpenOrDie(Env* env, const LlamaOptions& o) {
-  auto r = Llama::Open(env, "/db", o);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
-PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view payload, uint64_t tag) {
-  PageNode* n = l->NewNode(kind, payload.size(), tag);
-  std::memcpy(n->payload(), payload.data(), payload.size());
-  return n;
-}
-
-// Data nodes of a chain, newest first, as "payload@tag".
-std::vector<std::string> Contents(const PageNode* head) {
-  std::vector<std::string> out;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (!n->is_data()) continue;
-    out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
-  }
-  return out;
 }
 
 // Ids in a payload: ';'-terminated tokens.

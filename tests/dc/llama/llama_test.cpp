@@ -11,38 +11,18 @@
 #include "common/env.h"
 #include "common/fault_env.h"
 #include "common/random.h"
+#include "tests/dc/llama/llama_test_util.h"
 
 namespace deuteron::llama {
 namespace {
 
-constexpr uint64_t kAll = ~0ull;
+using test::Contents;
+using test::kAll;
+using test::MakeNode;
+using test::OpenOrDie;
+using test::SmallOptions;
 
-LlamaOptions SmallOptions() {
-  LlamaOptions o;
-  o.lss.segment_size = 1 << 20;
-  o.lss.buffer_size = 64 << 10;
-  o.lss.buffer_count = 4;
-  o.lss.io_threads = 0;
-  o.mapping.max_pages = 1 << 20;
-  return o;
-}
 
-std::unique_ptr<Llama> OpenOrDie(Env* env, const LlamaOptions& o = SmallOptions()) {
-  auto r = Llama::Open(env, "/db", o);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return std::move(r).value();
-}
-
-// Data nodes of a chain, newest first, as "text@tag".
-std::vector<std::string> Contents(const PageNode* head) {
-  std::vector<std::string> out;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (!n->is_data()) continue;
-    out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
-  }
-  return out;
-}
 
 std::vector<std::string> ReadContents(Llama* l, PageId pid) {
   auto g = l->Enter();
@@ -52,11 +32,6 @@ std::vector<std::string> ReadContents(Llama* l, PageId pid) {
   return Contents(*r);
 }
 
-PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view text, uint64_t tag) {
-  PageNode* n = l->NewNode(kind, text.size(), tag);
-  std::memcpy(n->payload(), text.data(), text.size());
-  return n;
-}
 
 // A new page holding a base, committed (and so flushed) by a system transaction.
 PageId CreatePage(Llama* l, std::string_view base, uint64_t tag = 0, uint64_t bound = 0) {
@@ -597,6 +572,12 @@ TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][b
 namespace deuteron::llama {
 namespace {
 
+using test::Contents;
+using test::kAll;
+using test::MakeNode;
+using test::OpenOrDie;
+using test::SmallOptions;
+
 TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llama][clean]") {
   constexpr int kRounds = 30;  // enough flushed deltas to fill several segments
   auto mem = NewMemEnv();
@@ -678,6 +659,12 @@ TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llam
 
 namespace deuteron::llama {
 namespace {
+
+using test::Contents;
+using test::kAll;
+using test::MakeNode;
+using test::OpenOrDie;
+using test::SmallOptions;
 
 TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][clean]") {
   auto mem = NewMemEnv();

@@ -1,0 +1,58 @@
+// Helpers shared by the LLAMA cache-layer tests (llama_test, llama_stress_test,
+// llama_crash_test). Catch assertions inside: call from the test's thread only.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "dc/llama/llama.h"
+
+namespace deuteron::llama::test {
+
+// A flush bound that takes everything.
+inline constexpr uint64_t kAll = ~0ull;
+
+// Small and deterministic: 1 MiB segments, 64 KiB buffers, I/O done by the
+// thread that fills a buffer.
+inline LlamaOptions SmallOptions() {
+  LlamaOptions o;
+  o.lss.segment_size = 1 << 20;
+  o.lss.buffer_size = 64 << 10;
+  o.lss.buffer_count = 4;
+  o.lss.io_threads = 0;
+  o.mapping.max_pages = 1 << 20;
+  return o;
+}
+
+inline std::unique_ptr<Llama> OpenOrDie(Env* env, const LlamaOptions& o = SmallOptions()) {
+  auto r = Llama::Open(env, "/db", o);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// A data node holding `payload`, not yet published.
+inline PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view payload, uint64_t tag) {
+  PageNode* n = l->NewNode(kind, payload.size(), tag);
+  std::memcpy(n->payload(), payload.data(), payload.size());
+  return n;
+}
+
+// Data nodes of a chain, newest first, as "payload@tag".
+inline std::vector<std::string> Contents(const PageNode* head) {
+  std::vector<std::string> out;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (!n->is_data()) continue;
+    out.push_back(std::string(n->payload(), n->size) + "@" + std::to_string(n->tag));
+  }
+  return out;
+}
+
+}  // namespace deuteron::llama::test

@@ -108,6 +108,56 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
   return result;  // no base: an empty page
 }
 
+Result<ChildLookup> FindChild(const PageNode* head, Slice key) {
+  ChildLookup result;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kDelta) {
+      ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      switch (d.type) {
+        case DeltaType::kIndexEntry:
+        case DeltaType::kIndexTermDelete:
+          if (key >= d.key && (d.next_infinite || key < d.next)) {
+            result.outcome = LookupOutcome::kFound;
+            result.child = d.pid;
+            return result;
+          }
+          break;
+        case DeltaType::kSplit:
+        case DeltaType::kMerge:
+          if (key >= d.key) {
+            result.outcome = LookupOutcome::kRedirect;
+            result.redirect_kind =
+                d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
+            result.redirect = d.pid;
+            return result;
+          }
+          break;
+        case DeltaType::kRemoveNode:
+          result.outcome = LookupOutcome::kRemoved;
+          return result;
+        default:
+          return Status::Corruption("bw-tree: record delta in an inner chain");
+      }
+    } else if (n->kind == NodeKind::kBase) {
+      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+      if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
+      if (base.AboveHigh(key) && base.header().right_sibling != 0) {
+        result.outcome = LookupOutcome::kRedirect;
+        result.redirect_kind = RedirectKind::kSibling;
+        result.redirect = base.header().right_sibling;
+        return result;
+      }
+      ASSIGN_OR_RETURN(BasePosition pos, base.Find(key));
+      if (!pos.exact && pos.index == 0) return result;  // below every separator
+      ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(pos.exact ? pos.index : pos.index - 1));
+      result.outcome = LookupOutcome::kFound;
+      result.child = e.child;
+      return result;
+    }
+  }
+  return result;
+}
+
 Result<uint64_t> LatestLsn(const PageNode* head, Slice key, PageId* redirect) {
   if (redirect != nullptr) *redirect = 0;
   Limits unlimited;

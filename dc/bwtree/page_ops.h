@@ -80,6 +80,20 @@ Result<uint64_t> LatestLsn(const llama::PageNode* head, Slice key, PageId* redir
 Result<std::string> MakeRecordDelta(const llama::PageNode* head, DeltaType type, Slice key,
                                     Slice value, uint64_t lsn, const Limits& limits = {});
 
+// Routing in an inner node's chain: the child whose range holds `key`.
+struct ChildLookup {
+  LookupOutcome outcome = LookupOutcome::kNotFound;  // kFound: child is set
+  PageId child = 0;
+  RedirectKind redirect_kind = RedirectKind::kNone;
+  PageId redirect = 0;  // kRedirect
+};
+
+// Index-entry and index-term-delete deltas whose range [separator, next) holds
+// the key decide (newest first); split/merge deltas redirect as in Lookup;
+// otherwise the base's entry with the largest separator <= key. kNotFound if
+// the key is below every separator. InvalidArgument if the base is a leaf.
+Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key);
+
 // The new state of a page for Update-R.
 struct ConsolidatedPage {
   struct Delta {

@@ -371,6 +371,49 @@ TEST_CASE("Remove-node and merge deltas", "[dc][bwtree]") {
   CHECK(MustLookup(ReadHead(l.get(), pid), "a").outcome == LookupOutcome::kRemoved);
 }
 
+TEST_CASE("FindChild routes through index deltas and the inner base", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  BaseHeader h;
+  h.type = NodeType::kInner;
+  h.level = 1;
+  h.low_key = "b";
+  h.high_infinite = false;
+  h.high_key = "x";
+  h.right_sibling = 66;
+  std::vector<InnerEntry> entries = {{"b", 10}, {"f", 11}, {"m", 12}};
+  const PageId pid = CreatePage(l.get(), EncodeInnerBase(h, entries));
+  auto g = l->Enter();
+  auto child = [&](Slice key) {
+    auto r = FindChild(ReadHead(l.get(), pid), key);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
+  CHECK(child("a").outcome == LookupOutcome::kNotFound);
+  CHECK(child("b").child == 10);
+  CHECK(child("c").child == 10);
+  CHECK(child("f").child == 11);
+  CHECK(child("z").outcome == LookupOutcome::kRedirect);
+  CHECK(child("z").redirect_kind == RedirectKind::kSibling);
+  CHECK(child("z").redirect == 66);
+  // Child 11 split at "h": new child 13 covers [h, m).
+  Post(l.get(), pid, EncodeIndexEntryDelta("h", 13, false, "m"), 0);
+  CHECK(child("g").child == 11);
+  CHECK(child("h").child == 13);
+  CHECK(child("k").child == 13);
+  CHECK(child("m").child == 12);
+  // Child 12 removed into 13: [h, x) goes to 13.
+  Post(l.get(), pid, EncodeIndexTermDeleteDelta("h", 13, false, "x"), 0);
+  CHECK(child("p").child == 13);
+  CHECK(child("g").child == 11);
+  Post(l.get(), pid, EncodeSplitDelta("r", 70), 0);
+  CHECK(child("s").redirect == 70);
+  CHECK(child("s").redirect_kind == RedirectKind::kSplit);
+  CHECK(child("p").child == 13);
+  CHECK(Lookup(ReadHead(l.get(), pid), "p").status().IsCorruption());
+}
+
 TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);

@@ -1,0 +1,422 @@
+#include "dc/bwtree/node_format.h"
+
+#include <cassert>
+#include <cstring>
+
+#include "common/coding.h"
+
+namespace deuteron::bwtree {
+namespace {
+
+char* PutBytes(char* p, Slice s) {
+  EncodeFixed32(p, static_cast<uint32_t>(s.size()));
+  p += 4;
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
+size_t HeaderSize(const BaseHeader& h, size_t count) {
+  return kBaseFixedHeaderSize + h.low_key.size() + (h.high_infinite ? 0 : h.high_key.size()) +
+         4 * count;
+}
+
+// Writes the header and offset table; returns where entries start.
+char* EncodeHeader(const BaseHeader& h, size_t count, char* dst) {
+  dst[0] = static_cast<char>(h.type);
+  dst[1] = static_cast<char>(h.level);
+  dst[2] = static_cast<char>(h.high_infinite ? kBaseHighInfinite : 0);
+  dst[3] = 0;
+  EncodeFixed32(dst + 4, static_cast<uint32_t>(count));
+  EncodeFixed64(dst + 8, h.right_sibling);
+  const Slice high = h.high_infinite ? Slice() : h.high_key;
+  EncodeFixed32(dst + 16, static_cast<uint32_t>(h.low_key.size()));
+  EncodeFixed32(dst + 20, static_cast<uint32_t>(high.size()));
+  char* p = dst + kBaseFixedHeaderSize;
+  if (!h.low_key.empty()) std::memcpy(p, h.low_key.data(), h.low_key.size());
+  p += h.low_key.size();
+  if (!high.empty()) std::memcpy(p, high.data(), high.size());
+  p += high.size();
+  return p;
+}
+
+Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree node: ") + what); }
+
+}  // namespace
+
+// ---- Base encoders -------------------------------------------------------------
+
+size_t LeafBaseSize(const BaseHeader& header, const std::vector<LeafRecord>& records) {
+  size_t n = HeaderSize(header, records.size());
+  for (const LeafRecord& r : records) n += 4 + r.key.size() + 4 + r.value.size() + 8 + 1;
+  return n;
+}
+
+size_t InnerBaseSize(const BaseHeader& header, const std::vector<InnerEntry>& entries) {
+  size_t n = HeaderSize(header, entries.size());
+  for (const InnerEntry& e : entries) n += 4 + e.separator.size() + 8;
+  return n;
+}
+
+void EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& records, char* dst) {
+  assert(header.type == NodeType::kLeaf && header.level == 0);
+  char* table = EncodeHeader(header, records.size(), dst);
+  char* p = table + 4 * records.size();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const LeafRecord& r = records[i];
+    assert(i == 0 || records[i - 1].key < r.key);
+    assert(!r.tombstone || r.value.empty());
+    EncodeFixed32(table + 4 * i, static_cast<uint32_t>(p - dst));
+    p = PutBytes(p, r.key);
+    p = PutBytes(p, r.value);
+    EncodeFixed64(p, r.lsn);
+    p += 8;
+    *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+  }
+  assert(static_cast<size_t>(p - dst) == LeafBaseSize(header, records));
+}
+
+void EncodeInnerBase(const BaseHeader& header, const std::vector<InnerEntry>& entries,
+                     char* dst) {
+  assert(header.type == NodeType::kInner && header.level > 0);
+  char* table = EncodeHeader(header, entries.size(), dst);
+  char* p = table + 4 * entries.size();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const InnerEntry& e = entries[i];
+    assert(i == 0 || entries[i - 1].separator < e.separator);
+    EncodeFixed32(table + 4 * i, static_cast<uint32_t>(p - dst));
+    p = PutBytes(p, e.separator);
+    EncodeFixed64(p, e.child);
+    p += 8;
+  }
+  assert(static_cast<size_t>(p - dst) == InnerBaseSize(header, entries));
+}
+
+std::string EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& records) {
+  std::string s(LeafBaseSize(header, records), '\0');
+  EncodeLeafBase(header, records, s.data());
+  return s;
+}
+
+std::string EncodeInnerBase(const BaseHeader& header, const std::vector<InnerEntry>& entries) {
+  std::string s(InnerBaseSize(header, entries), '\0');
+  EncodeInnerBase(header, entries, s.data());
+  return s;
+}
+
+// ---- BaseView --------------------------------------------------------------------
+
+Result<BaseView> BaseView::Parse(Slice payload) {
+  if (payload.size() < kBaseFixedHeaderSize) return Bad("base shorter than its header");
+  const char* d = payload.data();
+  BaseView v;
+  v.payload_ = payload;
+  const auto type = static_cast<uint8_t>(d[0]);
+  const auto level = static_cast<uint8_t>(d[1]);
+  const auto flags = static_cast<uint8_t>(d[2]);
+  if (type == static_cast<uint8_t>(NodeType::kLeaf)) {
+    if (level != 0) return Bad("leaf base with level > 0");
+  } else if (type == static_cast<uint8_t>(NodeType::kInner)) {
+    if (level == 0) return Bad("inner base with level 0");
+  } else {
+    return Bad("unknown base node type");
+  }
+  if ((flags & ~kBaseHighInfinite) != 0 || d[3] != 0) return Bad("unknown base flags");
+  v.header_.type = static_cast<NodeType>(type);
+  v.header_.level = level;
+  v.header_.high_infinite = (flags & kBaseHighInfinite) != 0;
+  v.count_ = DecodeFixed32(d + 4);
+  v.header_.right_sibling = DecodeFixed64(d + 8);
+  const uint64_t low_len = DecodeFixed32(d + 16);
+  const uint64_t high_len = DecodeFixed32(d + 20);
+  if (v.header_.high_infinite && high_len != 0) return Bad("infinite high key with bytes");
+  const uint64_t table_at = kBaseFixedHeaderSize + low_len + high_len;
+  const uint64_t entries_at = table_at + 4 * static_cast<uint64_t>(v.count_);
+  if (entries_at > payload.size()) return Bad("base header or offset table truncated");
+  v.header_.low_key = Slice(d + kBaseFixedHeaderSize, low_len);
+  v.header_.high_key = Slice(d + kBaseFixedHeaderSize + low_len, high_len);
+  v.offsets_at_ = table_at;
+  v.entries_at_ = entries_at;
+  if (v.count_ == 0 && entries_at != payload.size()) return Bad("trailing bytes in empty base");
+  return v;
+}
+
+Result<Slice> BaseView::EntryBytes(size_t i) const {
+  assert(i < count_);
+  const char* table = payload_.data() + offsets_at_;
+  const size_t begin = DecodeFixed32(table + 4 * i);
+  const size_t end = i + 1 < count_ ? DecodeFixed32(table + 4 * (i + 1)) : payload_.size();
+  if (begin < entries_at_ || begin >= end || end > payload_.size()) {
+    return Bad("base entry offset out of range");
+  }
+  return Slice(payload_.data() + begin, end - begin);
+}
+
+Result<Slice> BaseView::KeyAt(size_t i) const {
+  ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
+  uint32_t len = 0;
+  if (!GetFixed32(&bytes, &len) || len > bytes.size()) return Bad("base key truncated");
+  return Slice(bytes.data(), len);
+}
+
+Result<LeafRecord> BaseView::RecordAt(size_t i) const {
+  assert(is_leaf());
+  ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
+  LeafRecord r;
+  uint32_t klen = 0, vlen = 0;
+  if (!GetFixed32(&bytes, &klen) || klen > bytes.size()) return Bad("leaf record key truncated");
+  r.key = Slice(bytes.data(), klen);
+  bytes.remove_prefix(klen);
+  if (!GetFixed32(&bytes, &vlen) || vlen > bytes.size()) return Bad("leaf record value truncated");
+  r.value = Slice(bytes.data(), vlen);
+  bytes.remove_prefix(vlen);
+  if (!GetFixed64(&bytes, &r.lsn) || bytes.size() != 1) return Bad("leaf record tail malformed");
+  const auto flags = static_cast<uint8_t>(bytes[0]);
+  if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+  r.tombstone = (flags & kRecordTombstone) != 0;
+  if (r.tombstone && vlen != 0) return Bad("tombstone with a value");
+  return r;
+}
+
+Result<InnerEntry> BaseView::EntryAt(size_t i) const {
+  assert(!is_leaf());
+  ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
+  InnerEntry e;
+  uint32_t klen = 0;
+  if (!GetFixed32(&bytes, &klen) || klen > bytes.size()) return Bad("inner separator truncated");
+  e.separator = Slice(bytes.data(), klen);
+  bytes.remove_prefix(klen);
+  if (!GetFixed64(&bytes, &e.child) || !bytes.empty()) return Bad("inner entry tail malformed");
+  return e;
+}
+
+Result<size_t> BaseView::LowerBound(Slice key, size_t lo, size_t hi) const {
+  while (lo < hi) {
+    const size_t mid = lo + (hi - lo) / 2;
+    ASSIGN_OR_RETURN(Slice k, KeyAt(mid));
+    if (k < key) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+Result<BasePosition> BaseView::Find(Slice key, size_t lo, size_t hi) const {
+  assert(lo <= hi);
+  if (hi > count_) hi = count_;
+  if (lo > hi) lo = hi;
+  ASSIGN_OR_RETURN(size_t pos, LowerBound(key, lo, hi));
+  // Check the answer against its neighbours; a range from stale hints would
+  // fail here, and then the whole node is searched.
+  bool ok = true;
+  if (pos > 0) {
+    ASSIGN_OR_RETURN(Slice before, KeyAt(pos - 1));
+    ok = before < key;
+  }
+  BasePosition result;
+  if (ok && pos < count_) {
+    ASSIGN_OR_RETURN(Slice at, KeyAt(pos));
+    ok = at >= key;
+    result.exact = at == key;
+  }
+  if (!ok) {
+    if (lo == 0 && hi == count_) return Bad("base keys out of order");
+    return Find(key, 0, count_);
+  }
+  result.index = pos;
+  return result;
+}
+
+Status BaseView::Validate() const {
+  if (count_ > 0) {
+    const size_t first = DecodeFixed32(payload_.data() + offsets_at_);
+    if (first != entries_at_) return Bad("first base entry not after the offset table");
+  }
+  Slice prev;
+  for (size_t i = 0; i < count_; ++i) {
+    Slice key;
+    if (is_leaf()) {
+      ASSIGN_OR_RETURN(LeafRecord r, RecordAt(i));
+      key = r.key;
+    } else {
+      ASSIGN_OR_RETURN(InnerEntry e, EntryAt(i));
+      key = e.separator;
+    }
+    if (i > 0 && !(prev < key)) return Bad("base keys not strictly ascending");
+    if (key < header_.low_key) return Bad("base key below the low key");
+    if (AboveHigh(key)) return Bad("base key at or above the high key");
+    prev = key;
+  }
+  if (!header_.high_infinite && !(header_.low_key < header_.high_key)) {
+    return Bad("base low key not below high key");
+  }
+  return Status::OK();
+}
+
+// ---- Deltas ----------------------------------------------------------------------
+
+namespace {
+
+size_t DeltaSize(const DeltaView& d) {
+  switch (d.type) {
+    case DeltaType::kInsert:
+    case DeltaType::kUpdate:
+    case DeltaType::kUpsert:
+      return 1 + 4 + 8 + 4 + d.key.size() + 4 + d.value.size();
+    case DeltaType::kDelete:
+      return 1 + 4 + 8 + 4 + d.key.size();
+    case DeltaType::kSplit:
+    case DeltaType::kMerge:
+      return 1 + 8 + 4 + d.key.size();
+    case DeltaType::kIndexEntry:
+    case DeltaType::kIndexTermDelete:
+      return 1 + 8 + 1 + 4 + d.key.size() + 4 + (d.next_infinite ? 0 : d.next.size());
+    case DeltaType::kRemoveNode:
+      return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string EncodeDelta(const DeltaView& d) {
+  std::string s(DeltaSize(d), '\0');
+  char* p = s.data();
+  *p++ = static_cast<char>(d.type);
+  switch (d.type) {
+    case DeltaType::kInsert:
+    case DeltaType::kUpdate:
+    case DeltaType::kUpsert:
+    case DeltaType::kDelete:
+      EncodeFixed32(p, d.hint);
+      EncodeFixed64(p + 4, d.lsn);
+      p = PutBytes(p + 12, d.key);
+      if (d.type != DeltaType::kDelete) p = PutBytes(p, d.value);
+      break;
+    case DeltaType::kSplit:
+    case DeltaType::kMerge:
+      EncodeFixed64(p, d.pid);
+      p = PutBytes(p + 8, d.key);
+      break;
+    case DeltaType::kIndexEntry:
+    case DeltaType::kIndexTermDelete:
+      EncodeFixed64(p, d.pid);
+      p[8] = static_cast<char>(d.next_infinite ? 1 : 0);
+      p = PutBytes(p + 9, d.key);
+      p = PutBytes(p, d.next_infinite ? Slice() : d.next);
+      break;
+    case DeltaType::kRemoveNode:
+      break;
+  }
+  assert(p == s.data() + s.size());
+  return s;
+}
+
+std::string EncodeRecordDelta(DeltaType type, Slice key, Slice value, uint64_t lsn,
+                              uint32_t hint) {
+  assert(IsRecordDelta(type));
+  DeltaView d;
+  d.type = type;
+  d.key = key;
+  if (type != DeltaType::kDelete) d.value = value;
+  d.lsn = lsn;
+  d.hint = hint;
+  return EncodeDelta(d);
+}
+
+std::string EncodeSplitDelta(Slice separator, PageId sibling) {
+  DeltaView d;
+  d.type = DeltaType::kSplit;
+  d.key = separator;
+  d.pid = sibling;
+  return EncodeDelta(d);
+}
+
+std::string EncodeIndexEntryDelta(Slice separator, PageId child, bool next_infinite, Slice next) {
+  DeltaView d;
+  d.type = DeltaType::kIndexEntry;
+  d.key = separator;
+  d.pid = child;
+  d.next_infinite = next_infinite;
+  d.next = next_infinite ? Slice() : next;
+  return EncodeDelta(d);
+}
+
+std::string EncodeRemoveNodeDelta() {
+  DeltaView d;
+  d.type = DeltaType::kRemoveNode;
+  return EncodeDelta(d);
+}
+
+std::string EncodeMergeDelta(Slice separator, PageId merged_sibling) {
+  DeltaView d;
+  d.type = DeltaType::kMerge;
+  d.key = separator;
+  d.pid = merged_sibling;
+  return EncodeDelta(d);
+}
+
+std::string EncodeIndexTermDeleteDelta(Slice separator, PageId child, bool next_infinite,
+                                       Slice next) {
+  DeltaView d;
+  d.type = DeltaType::kIndexTermDelete;
+  d.key = separator;
+  d.pid = child;
+  d.next_infinite = next_infinite;
+  d.next = next_infinite ? Slice() : next;
+  return EncodeDelta(d);
+}
+
+Result<DeltaView> DeltaView::Parse(Slice payload) {
+  Slice in = payload;
+  if (in.empty()) return Bad("empty delta");
+  const auto type = static_cast<uint8_t>(in[0]);
+  in.remove_prefix(1);
+  if (type < static_cast<uint8_t>(DeltaType::kInsert) ||
+      type > static_cast<uint8_t>(DeltaType::kIndexTermDelete)) {
+    return Bad("unknown delta type");
+  }
+  DeltaView d;
+  d.type = static_cast<DeltaType>(type);
+  auto bytes = [&in](Slice* out) {
+    uint32_t len = 0;
+    if (!GetFixed32(&in, &len) || len > in.size()) return false;
+    *out = Slice(in.data(), len);
+    in.remove_prefix(len);
+    return true;
+  };
+  switch (d.type) {
+    case DeltaType::kInsert:
+    case DeltaType::kUpdate:
+    case DeltaType::kUpsert:
+    case DeltaType::kDelete:
+      if (!GetFixed32(&in, &d.hint) || !GetFixed64(&in, &d.lsn) || !bytes(&d.key)) {
+        return Bad("record delta truncated");
+      }
+      if (d.type != DeltaType::kDelete && !bytes(&d.value)) return Bad("record delta truncated");
+      break;
+    case DeltaType::kSplit:
+    case DeltaType::kMerge:
+      if (!GetFixed64(&in, &d.pid) || !bytes(&d.key)) return Bad("split/merge delta truncated");
+      break;
+    case DeltaType::kIndexEntry:
+    case DeltaType::kIndexTermDelete: {
+      if (!GetFixed64(&in, &d.pid) || in.empty()) return Bad("index delta truncated");
+      const auto flags = static_cast<uint8_t>(in[0]);
+      in.remove_prefix(1);
+      if (flags > 1) return Bad("unknown index delta flags");
+      d.next_infinite = flags == 1;
+      if (!bytes(&d.key) || !bytes(&d.next)) return Bad("index delta truncated");
+      if (d.next_infinite && !d.next.empty()) return Bad("infinite next key with bytes");
+      if (!d.next_infinite && !(d.key < d.next)) return Bad("index delta range empty");
+      break;
+    }
+    case DeltaType::kRemoveNode:
+      break;
+  }
+  if (!in.empty()) return Bad("trailing bytes in delta");
+  return d;
+}
+
+}  // namespace deuteron::bwtree

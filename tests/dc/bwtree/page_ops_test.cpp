@@ -1,0 +1,479 @@
+#include "dc/bwtree/page_ops.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "common/random.h"
+#include "dc/bwtree/node_format.h"
+#include "tests/dc/llama/llama_test_util.h"
+
+namespace deuteron::bwtree {
+namespace {
+
+using llama::Llama;
+using llama::NodeKind;
+using llama::PageNode;
+using llama::test::MakeNode;
+using llama::test::OpenOrDie;
+
+std::string Key(int i) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "k%05d", i);
+  return buf;
+}
+
+std::string EmptyLeaf() { return EncodeLeafBase(BaseHeader{}, {}); }
+
+// A new page holding `base`, committed by a system transaction.
+PageId CreatePage(Llama* l, const std::string& base, uint64_t tag = 0) {
+  auto g = l->Enter();
+  auto txn = l->TBegin();
+  auto pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  auto updated = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, base, tag));
+  REQUIRE(updated.ok());
+  REQUIRE(*updated);
+  auto committed = l->TCommit(txn.get(), 0, nullptr, nullptr, tag, 0);
+  INFO(committed.status().ToString());
+  REQUIRE(committed.ok());
+  REQUIRE(*committed);
+  return *pid;
+}
+
+const PageNode* ReadHead(Llama* l, PageId pid) {
+  auto r = l->Read(pid);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+// Prepends a delta payload tagged `tag`. REQUIRES: a guard; one thread.
+void Post(Llama* l, PageId pid, const std::string& payload, uint64_t tag) {
+  const PageNode* head = ReadHead(l, pid);
+  PageNode* d = MakeNode(l, NodeKind::kDelta, payload, tag);
+  REQUIRE(l->UpdateD(pid, head, d));
+}
+
+LookupResult MustLookup(const PageNode* head, Slice key) {
+  auto r = Lookup(head, key);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return *r;
+}
+
+struct ModelEntry {
+  std::string value;
+  uint64_t lsn = 0;
+  bool deleted = false;
+};
+using Model = std::map<std::string, ModelEntry>;
+
+// What the page says for each key, and what the model says, as one line each
+// (one assertion per check keeps the model test fast).
+std::string DescribePage(const PageNode* head, int key_space) {
+  std::string out;
+  for (int i = 0; i < key_space; ++i) {
+    const std::string key = Key(i);
+    auto r = Lookup(head, key);
+    auto lsn = LatestLsn(head, key);
+    if (!r.ok() || !lsn.ok()) return r.status().ToString() + " " + lsn.status().ToString();
+    out += key;
+    switch (r->outcome) {
+      case LookupOutcome::kFound:
+        out += "=" + r->value.ToString() + "@" + std::to_string(r->lsn);
+        break;
+      case LookupOutcome::kDeleted:
+        out += " deleted@" + std::to_string(r->lsn);
+        break;
+      case LookupOutcome::kNotFound:
+        break;
+      default:
+        out += " unexpected outcome";
+    }
+    out += " latest " + std::to_string(*lsn) + "\n";
+  }
+  return out;
+}
+
+std::string DescribeModel(const Model& model, int key_space) {
+  std::string out;
+  for (int i = 0; i < key_space; ++i) {
+    const std::string key = Key(i);
+    out += key;
+    auto it = model.find(key);
+    uint64_t lsn = 0;
+    if (it != model.end()) {
+      lsn = it->second.lsn;
+      out += it->second.deleted ? " deleted@" + std::to_string(lsn)
+                                : "=" + it->second.value + "@" + std::to_string(lsn);
+    }
+    out += " latest " + std::to_string(lsn) + "\n";
+  }
+  return out;
+}
+
+void CheckAgainstModel(const PageNode* head, const Model& model, int key_space) {
+  CHECK(DescribePage(head, key_space) == DescribeModel(model, key_space));
+}
+
+// Every record delta's hint is its key's lower bound in the base below.
+void CheckHints(const PageNode* head) {
+  const PageNode* base = head;
+  while (base != nullptr && base->kind != NodeKind::kBase) base = base->next;
+  REQUIRE(base != nullptr);
+  auto view = BaseView::Parse(Slice(base->payload(), base->size));
+  REQUIRE(view.ok());
+  REQUIRE(view->Validate().ok());
+  for (const PageNode* n = head; n != base; n = n->next) {
+    if (n->kind != NodeKind::kDelta) continue;
+    auto d = DeltaView::Parse(Slice(n->payload(), n->size));
+    if (!d.ok()) FAIL(d.status().ToString());
+    if (!IsRecordDelta(d->type)) continue;
+    auto pos = view->Find(d->key);
+    REQUIRE(pos.ok());
+    if (d->hint != pos->index || d->lsn != n->tag) {
+      FAIL("delta for " << d->key.ToString() << " hint " << d->hint << " want " << pos->index
+                        << " lsn " << d->lsn << " tag " << n->tag);
+    }
+  }
+}
+
+TEST_CASE("Page ops match a std::map model under deltas and consolidation", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  const PageId pid = CreatePage(l.get(), EmptyLeaf());
+  const int key_space = 30;
+  Model model;
+  uint64_t next_lsn = 0;
+  int consolidations = 0;
+  uint64_t base_tag = 0;
+  for (int op = 0; op < 500; ++op) {
+    INFO("op " << op);
+    auto g = l->Enter();
+    const uint64_t choice = rnd.Uniform(100);
+    if (choice < 15) {
+      // Consolidate with a random ESL and RSSP.
+      const PageNode* head = ReadHead(l.get(), pid);
+      const uint64_t lsn_bound = rnd.Uniform(next_lsn + 1);
+      const uint64_t purge_bound = rnd.Uniform(lsn_bound + 2);
+      INFO("lsn_bound " << lsn_bound << " purge_bound " << purge_bound);
+      auto c = Consolidate(head, lsn_bound, purge_bound);
+      INFO(c.status().ToString());
+      REQUIRE(c.ok());
+      for (const auto& d : c->deltas) CHECK(d.tag > lsn_bound);
+      CHECK(c->base_tag <= std::max(lsn_bound, base_tag));
+      auto view = BaseView::Parse(c->base);
+      REQUIRE(view.ok());
+      REQUIRE(view->Validate().ok());
+      for (size_t i = 0; i < view->count(); ++i) {
+        auto r = view->RecordAt(i);
+        REQUIRE(r.ok());
+        CHECK(r->lsn <= c->base_tag);  // earlier consolidations may have had higher bounds
+        CHECK(!(r->tombstone && r->lsn < purge_bound));
+      }
+      PageNode* chain = BuildChain(l.get(), *c);
+      REQUIRE(l->UpdateR(pid, head, chain));
+      base_tag = c->base_tag;
+      ++consolidations;
+      for (auto it = model.begin(); it != model.end();) {
+        if (it->second.deleted && it->second.lsn < purge_bound) {
+          it = model.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    } else if (choice < 20) {
+      // A flush adds LLAMA nodes that lookups must skip.
+      auto f = l->Flush(pid, rnd.Uniform(next_lsn + 1), 0);
+      REQUIRE(f.ok());
+    } else {
+      const std::string key = Key(static_cast<int>(rnd.Uniform(key_space)));
+      const uint64_t lsn = ++next_lsn;
+      DeltaType type = static_cast<DeltaType>(1 + rnd.Uniform(4));
+      const std::string value = std::string(rnd.Uniform(20), 'x') + std::to_string(lsn);
+      const PageNode* head = ReadHead(l.get(), pid);
+      auto payload = MakeRecordDelta(head, type, key, value, lsn);
+      REQUIRE(payload.ok());
+      Post(l.get(), pid, *payload, lsn);
+      model[key] = ModelEntry{type == DeltaType::kDelete ? "" : value, lsn,
+                              type == DeltaType::kDelete};
+    }
+    const PageNode* head = ReadHead(l.get(), pid);
+    CheckHints(head);
+    CheckAgainstModel(head, model, key_space + 2);
+  }
+  CHECK(consolidations > 0);
+  REQUIRE(l->Close().ok());
+}
+
+TEST_CASE("Consolidation keeps lookups identical", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  for (int round = 0; round < 20; ++round) {
+    INFO("round " << round);
+    const PageId pid = CreatePage(l.get(), EmptyLeaf());
+    auto g = l->Enter();
+    for (uint64_t lsn = 1; lsn <= 60; ++lsn) {
+      const std::string key = Key(static_cast<int>(rnd.Uniform(25)));
+      auto type = static_cast<DeltaType>(1 + rnd.Uniform(4));
+      auto payload = MakeRecordDelta(ReadHead(l.get(), pid), type, key, "v" + std::to_string(lsn),
+                                     lsn);
+      REQUIRE(payload.ok());
+      Post(l.get(), pid, *payload, lsn);
+      if (rnd.OneIn(15)) {
+        const PageNode* head = ReadHead(l.get(), pid);
+        auto c = Consolidate(head, rnd.Uniform(lsn + 1));
+        REQUIRE(c.ok());
+        REQUIRE(l->UpdateR(pid, head, BuildChain(l.get(), *c)));
+      }
+    }
+    const PageNode* before = ReadHead(l.get(), pid);
+    auto c = Consolidate(before, rnd.Uniform(61));  // no purge: everything identical
+    REQUIRE(c.ok());
+    PageNode* after = BuildChain(l.get(), *c);
+    for (int i = 0; i < 27; ++i) {
+      LookupResult a = MustLookup(before, Key(i));
+      LookupResult b = MustLookup(after, Key(i));
+      CHECK(a.outcome == b.outcome);
+      CHECK(a.value == b.value);
+      CHECK(a.lsn == b.lsn);
+    }
+    CheckHints(after);
+    l->DiscardChain(after);
+  }
+}
+
+TEST_CASE("Consolidation folds the newest delta per key and keeps newer ones", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  std::vector<LeafRecord> recs = {{"a", "a1", 1, false}, {"c", "c1", 2, false},
+                                  {"e", "", 3, true}};
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 3);
+  auto g = l->Enter();
+  auto post = [&](DeltaType t, Slice key, Slice value, uint64_t lsn) {
+    auto p = MakeRecordDelta(ReadHead(l.get(), pid), t, key, value, lsn);
+    REQUIRE(p.ok());
+    Post(l.get(), pid, *p, lsn);
+  };
+  post(DeltaType::kUpdate, "c", "c2", 4);
+  post(DeltaType::kInsert, "b", "b1", 5);
+  post(DeltaType::kUpdate, "c", "c3", 6);
+  post(DeltaType::kDelete, "a", "", 7);
+  post(DeltaType::kUpsert, "c", "c4", 8);
+  const PageNode* head = ReadHead(l.get(), pid);
+  auto c = Consolidate(head, 6, /*purge_bound=*/4);
+  REQUIRE(c.ok());
+  // Folded: c3@6 (c2@4 dropped), b1@5. Kept: c4@8, delete a@7. e@3 purged.
+  CHECK(c->folded == 2);
+  CHECK(c->dropped == 1);
+  CHECK(c->purged == 1);
+  CHECK(c->base_tag == 6);
+  REQUIRE(c->deltas.size() == 2);
+  CHECK(c->deltas[0].tag == 8);
+  CHECK(c->deltas[1].tag == 7);
+  auto view = BaseView::Parse(c->base);
+  REQUIRE(view.ok());
+  REQUIRE(view->count() == 3);
+  std::vector<std::string> got;
+  for (size_t i = 0; i < 3; ++i) {
+    auto r = view->RecordAt(i);
+    REQUIRE(r.ok());
+    got.push_back(r->key.ToString() + "=" + r->value.ToString() + "@" + std::to_string(r->lsn));
+  }
+  CHECK(got == std::vector<std::string>{"a=a1@1", "b=b1@5", "c=c3@6"});
+  PageNode* chain = BuildChain(l.get(), *c);
+  REQUIRE(l->UpdateR(pid, head, chain));
+  head = ReadHead(l.get(), pid);
+  CHECK(MustLookup(head, "a").outcome == LookupOutcome::kDeleted);
+  CHECK(MustLookup(head, "c").value == Slice("c4"));
+  CHECK(MustLookup(head, "e").outcome == LookupOutcome::kNotFound);
+  CheckHints(head);
+}
+
+TEST_CASE("Split delta redirects and is applied by consolidation", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  std::vector<std::string> keys, values;
+  for (int i = 0; i < 10; ++i) {
+    keys.push_back(Key(2 * i));
+    values.push_back("v" + std::to_string(i));
+  }
+  std::vector<LeafRecord> recs;
+  for (int i = 0; i < 10; ++i) recs.push_back(LeafRecord{keys[i], values[i], 1u + i, false});
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 10);
+  auto g = l->Enter();
+  Post(l.get(), pid, EncodeSplitDelta(Key(10), 77), 0);
+  auto p = MakeRecordDelta(ReadHead(l.get(), pid), DeltaType::kUpsert, Key(3), "new", 20);
+  REQUIRE(p.ok());
+  Post(l.get(), pid, *p, 20);
+
+  const PageNode* head = ReadHead(l.get(), pid);
+  LookupResult r = MustLookup(head, Key(12));
+  CHECK(r.outcome == LookupOutcome::kRedirect);
+  CHECK(r.redirect_kind == RedirectKind::kSplit);
+  CHECK(r.redirect == 77);
+  CHECK(MustLookup(head, Key(10)).outcome == LookupOutcome::kRedirect);
+  CHECK(MustLookup(head, Key(4)).value == Slice("v2"));
+  CHECK(MustLookup(head, Key(3)).value == Slice("new"));
+  PageId redirect = 0;
+  auto lsn = LatestLsn(head, Key(18), &redirect);
+  REQUIRE(lsn.ok());
+  CHECK(*lsn == 0);
+  CHECK(redirect == 77);
+
+  auto c = Consolidate(head, 15);
+  REQUIRE(c.ok());
+  REQUIRE(c->deltas.size() == 1);  // the upsert at LSN 20
+  auto view = BaseView::Parse(c->base);
+  REQUIRE(view.ok());
+  REQUIRE(view->Validate().ok());
+  CHECK(view->count() == 5);
+  CHECK_FALSE(view->header().high_infinite);
+  CHECK(view->header().high_key == Slice(Key(10)));
+  CHECK(view->header().right_sibling == 77);
+  REQUIRE(l->UpdateR(pid, head, BuildChain(l.get(), *c)));
+  head = ReadHead(l.get(), pid);
+  r = MustLookup(head, Key(12));
+  CHECK(r.outcome == LookupOutcome::kRedirect);
+  CHECK(r.redirect_kind == RedirectKind::kSibling);
+  CHECK(r.redirect == 77);
+  CHECK(MustLookup(head, Key(8)).value == Slice("v4"));
+  CHECK(MustLookup(head, Key(3)).value == Slice("new"));
+}
+
+TEST_CASE("Remove-node and merge deltas", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  const PageId pid = CreatePage(l.get(), EmptyLeaf());
+  auto g = l->Enter();
+  Post(l.get(), pid, EncodeMergeDelta("m", 55), 0);
+  const PageNode* head = ReadHead(l.get(), pid);
+  LookupResult r = MustLookup(head, "x");
+  CHECK(r.outcome == LookupOutcome::kRedirect);
+  CHECK(r.redirect_kind == RedirectKind::kMerge);
+  CHECK(r.redirect == 55);
+  CHECK(MustLookup(head, "a").outcome == LookupOutcome::kNotFound);
+  CHECK(Consolidate(head, 100).status().code() == Code::kNotSupported);
+  Post(l.get(), pid, EncodeRemoveNodeDelta(), 0);
+  CHECK(MustLookup(ReadHead(l.get(), pid), "a").outcome == LookupOutcome::kRemoved);
+}
+
+TEST_CASE("FindChild routes through index deltas and the inner base", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  BaseHeader h;
+  h.type = NodeType::kInner;
+  h.level = 1;
+  h.low_key = "b";
+  h.high_infinite = false;
+  h.high_key = "x";
+  h.right_sibling = 66;
+  std::vector<InnerEntry> entries = {{"b", 10}, {"f", 11}, {"m", 12}};
+  const PageId pid = CreatePage(l.get(), EncodeInnerBase(h, entries));
+  auto g = l->Enter();
+  auto child = [&](Slice key) {
+    auto r = FindChild(ReadHead(l.get(), pid), key);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
+  CHECK(child("a").outcome == LookupOutcome::kNotFound);
+  CHECK(child("b").child == 10);
+  CHECK(child("c").child == 10);
+  CHECK(child("f").child == 11);
+  CHECK(child("z").outcome == LookupOutcome::kRedirect);
+  CHECK(child("z").redirect_kind == RedirectKind::kSibling);
+  CHECK(child("z").redirect == 66);
+  // Child 11 split at "h": new child 13 covers [h, m).
+  Post(l.get(), pid, EncodeIndexEntryDelta("h", 13, false, "m"), 0);
+  CHECK(child("g").child == 11);
+  CHECK(child("h").child == 13);
+  CHECK(child("k").child == 13);
+  CHECK(child("m").child == 12);
+  // Child 12 removed into 13: [h, x) goes to 13.
+  Post(l.get(), pid, EncodeIndexTermDeleteDelta("h", 13, false, "x"), 0);
+  CHECK(child("p").child == 13);
+  CHECK(child("g").child == 11);
+  Post(l.get(), pid, EncodeSplitDelta("r", 70), 0);
+  CHECK(child("s").redirect == 70);
+  CHECK(child("s").redirect_kind == RedirectKind::kSplit);
+  CHECK(child("p").child == 13);
+  CHECK(Lookup(ReadHead(l.get(), pid), "p").status().IsCorruption());
+}
+
+TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  std::vector<std::string> keys;
+  for (int i = 0; i < 50; ++i) keys.push_back(Key(2 * i));
+  std::vector<LeafRecord> recs;
+  for (int i = 0; i < 50; ++i) recs.push_back(LeafRecord{keys[i], keys[i], 1, false});
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 1);
+  auto g = l->Enter();
+  for (int i = 0; i < 20; ++i) {
+    const int k = 2 * static_cast<int>(rnd.Uniform(50)) + 1;  // odd: not in the base
+    const auto hint = static_cast<uint32_t>(rnd.Uniform(60));
+    Post(l.get(), pid, EncodeRecordDelta(DeltaType::kInsert, Key(k), "d", 2 + i, hint), 2 + i);
+  }
+  const PageNode* head = ReadHead(l.get(), pid);
+  for (int i = 0; i < 50; ++i) {
+    LookupResult r = MustLookup(head, keys[i]);
+    CHECK(r.outcome == LookupOutcome::kFound);
+    CHECK(r.value == Slice(keys[i]));
+    CHECK(r.hint == static_cast<uint32_t>(i));
+  }
+}
+
+TEST_CASE("Keys and values over the limits are TooLarge", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  const PageId pid = CreatePage(l.get(), EmptyLeaf());
+  auto g = l->Enter();
+  const PageNode* head = ReadHead(l.get(), pid);
+  const std::string big_key(4097, 'k');
+  const std::string max_key(4096, 'k');
+  CHECK(Lookup(head, big_key).status().code() == Code::kTooLarge);
+  CHECK(Lookup(head, max_key).ok());
+  CHECK(MakeRecordDelta(head, DeltaType::kInsert, "k", std::string((64 << 10) + 1, 'v'), 1)
+            .status()
+            .code() == Code::kTooLarge);
+  CHECK(MakeRecordDelta(head, DeltaType::kInsert, "k", std::string(64 << 10, 'v'), 1).ok());
+  Limits small;
+  small.max_key_size = 3;
+  small.max_value_size = 2;
+  CHECK(CheckRecord(small, "abc", "de").ok());
+  CHECK(CheckRecord(small, "abcd", "").code() == Code::kTooLarge);
+  CHECK(CheckRecord(small, "a", "def").code() == Code::kTooLarge);
+  CHECK(MakeRecordDelta(head, DeltaType::kDelete, "abc", "ignored", 1, small).ok());
+  CHECK(MakeRecordDelta(head, DeltaType::kSplit, "a", "", 1).status().IsInvalidArgument());
+}
+
+TEST_CASE("Corrupt chain payloads are Corruption in page ops", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  const PageId pid = CreatePage(l.get(), EmptyLeaf());
+  auto g = l->Enter();
+  Post(l.get(), pid, std::string("\x01\x02", 2), 1);  // a truncated insert
+  const PageNode* head = ReadHead(l.get(), pid);
+  CHECK(Lookup(head, "a").status().IsCorruption());
+  CHECK(Consolidate(head, 10).status().IsCorruption());
+}
+
+}  // namespace
+}  // namespace deuteron::bwtree

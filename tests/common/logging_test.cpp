@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <chrono>
 #include <ctime>
 #include <map>
 #include <optional>
@@ -176,14 +177,20 @@ TEST_CASE("Log lines have the documented format", "[common][logging]") {
   Captured cap;
   cap.Install();
   SetLogLevel(LogLevel::kDebug);
-  const std::time_t before = std::time(nullptr);
+  // The logger's clock (system_clock); std::time() reads the kernel's coarse
+  // clock, which can lag it by a tick and so sit a second behind just after a
+  // second boundary.
+  auto now_seconds = [] {
+    return std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  };
+  const std::time_t before = now_seconds();
   const int line = __LINE__ + 1;
   DLOG_INFO("hello {} {}", 42, std::string("world"));
   DLOG_DEBUG("d");
   DLOG_WARN("w");
   DLOG_ERROR("e");
   LogMessage(LogLevel::kInfo, "/a/b/c/deep.cpp", 7, "multi word: message");
-  const std::time_t after = std::time(nullptr);
+  const std::time_t after = now_seconds();
   REQUIRE(cap.lines.size() == 5);
 
   const std::string& first = cap.lines[0].second;

@@ -11,7 +11,16 @@ namespace {
 
 using Op = FaultInjectionEnv::Op;
 
-const char* OpName(Op op) {
+
+size_t Index(Op op) { return static_cast<size_t>(op); }
+
+Status CrashedError(const std::string& path) {
+  return Status::IOError("file " + path + " was opened before a simulated crash (crashed)");
+}
+
+}  // namespace
+
+const char* FaultInjectionEnv::OpName(Op op) {
   switch (op) {
     case Op::kOpen: return "open";
     case Op::kRead: return "read";
@@ -22,14 +31,6 @@ const char* OpName(Op op) {
   }
   return "unknown";
 }
-
-size_t Index(Op op) { return static_cast<size_t>(op); }
-
-Status CrashedError(const std::string& path) {
-  return Status::IOError("file " + path + " was opened before a simulated crash (crashed)");
-}
-
-}  // namespace
 
 // A File whose changes are recorded in the shared FileState until Sync.
 class FaultInjectionEnv::FaultFile final : public File {

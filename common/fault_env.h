@@ -78,6 +78,8 @@ class FaultInjectionEnv : public EnvWrapper {
  public:
   enum class Op : uint8_t { kOpen, kRead, kWrite, kSync, kMetadata, kAny };
   static constexpr size_t kNumOps = 6;
+  // "open", "read", "write", "sync", "metadata", "any" (for messages).
+  static const char* OpName(Op op);
 
   FaultInjectionEnv(Env* base, uint64_t seed);
   ~FaultInjectionEnv() override;

@@ -14,6 +14,23 @@ namespace {
 
 Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
 
+// Split, merge and remove-node deltas, the same in leaf and inner chains: a
+// split or merge at or below the key sends the search to the other page; a
+// removed node is left. True when `d` decided the search (written to `out`,
+// a LookupResult or ChildLookup).
+template <typename R>
+bool StructureRedirect(const DeltaView& d, Slice key, R* out) {
+  if (d.type == DeltaType::kRemoveNode) {
+    out->outcome = LookupOutcome::kRemoved;
+    return true;
+  }
+  if (key < d.key) return false;
+  out->outcome = LookupOutcome::kRedirect;
+  out->redirect_kind = d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
+  out->redirect = d.pid;
+  return true;
+}
+
 uint32_t ToHint(size_t index) {
   return index >= kNoHint ? kNoHint : static_cast<uint32_t>(index);
 }
@@ -68,17 +85,9 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
         }
         case DeltaType::kSplit:
         case DeltaType::kMerge:
-          if (key >= d.key) {
-            result.outcome = LookupOutcome::kRedirect;
-            result.redirect_kind =
-                d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
-            result.redirect = d.pid;
-            return result;
-          }
-          break;
         case DeltaType::kRemoveNode:
-          result.outcome = LookupOutcome::kRemoved;
-          return result;
+          if (StructureRedirect(d, key, &result)) return result;
+          break;
         case DeltaType::kIndexEntry:
         case DeltaType::kIndexTermDelete:
           return Status::Corruption("bw-tree: index delta in a leaf chain");
@@ -124,17 +133,9 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key) {
           break;
         case DeltaType::kSplit:
         case DeltaType::kMerge:
-          if (key >= d.key) {
-            result.outcome = LookupOutcome::kRedirect;
-            result.redirect_kind =
-                d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
-            result.redirect = d.pid;
-            return result;
-          }
-          break;
         case DeltaType::kRemoveNode:
-          result.outcome = LookupOutcome::kRemoved;
-          return result;
+          if (StructureRedirect(d, key, &result)) return result;
+          break;
         default:
           return Status::Corruption("bw-tree: record delta in an inner chain");
       }

@@ -324,7 +324,11 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
   }
 }
 
-size_t Llama::PagePayloadSize(const std::vector<const PageNode*>& nodes) {
+
+namespace {
+
+// Bytes of a page record's payload holding `nodes` (format: lss_format.md).
+size_t PagePayloadSize(const std::vector<const PageNode*>& nodes) {
   size_t bytes = 0;
   for (const PageNode* n : nodes) {
     bytes += static_cast<size_t>(VarintLength(n->size) + VarintLength(n->seq) +
@@ -333,7 +337,9 @@ size_t Llama::PagePayloadSize(const std::vector<const PageNode*>& nodes) {
   return bytes;
 }
 
-void Llama::EncodePagePayload(const std::vector<const PageNode*>& nodes, char* dst) {
+
+// Encodes `nodes` (chain order) as that payload at dst.
+void EncodePagePayloadTo(const std::vector<const PageNode*>& nodes, char* dst) {
   for (const PageNode* n : nodes) {
     dst = EncodeVarint32(dst, n->size);
     dst = EncodeVarint64(dst, n->seq);
@@ -343,6 +349,36 @@ void Llama::EncodePagePayload(const std::vector<const PageNode*>& nodes, char* d
     dst += n->size;
   }
 }
+
+// Writes a page record at dst: the pieces `nodes` (chain order, `payload`
+// bytes encoded), a kBase when it starts the page's chain (prev 0), else a
+// C-delta over `prev`. Returns the bytes written.
+size_t WritePageRecord(char* dst, PageId pid, const std::vector<const PageNode*>& nodes,
+                       size_t payload, LssAddress prev, uint64_t annotation, uint64_t bound) {
+  RecordHeader h;
+  h.type = prev == kNullAddress ? RecordType::kBase : RecordType::kDelta;
+  h.length = static_cast<uint32_t>(payload);
+  h.count = static_cast<uint32_t>(nodes.size());
+  h.pid = pid;
+  h.prev = prev;
+  h.annotation = annotation;
+  h.bound = bound;
+  EncodePagePayloadTo(nodes, dst + kRecordHeaderSize);
+  EncodeRecord(h, Slice(dst + kRecordHeaderSize, payload), dst);
+  return RecordSpan(payload);
+}
+
+// Writes a record with no payload (kAllocate, kFree) at dst.
+size_t WriteMarkerRecord(char* dst, RecordType type, PageId pid, uint64_t annotation) {
+  RecordHeader h;
+  h.type = type;
+  h.pid = pid;
+  h.annotation = annotation;
+  EncodeRecord(h, Slice(), dst);
+  return RecordSpan(0);
+}
+
+}  // namespace
 
 Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
   std::vector<PageNode*> nodes;
@@ -594,16 +630,8 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
     return FlushResult{FlushOutcome::kRaced};
   }
   // The CAS made this flush the page's newest; now copy (LLAMA 3.2.3 step 4).
-  RecordHeader h;
-  h.type = whole ? RecordType::kBase : RecordType::kDelta;
-  h.length = static_cast<uint32_t>(payload);
-  h.count = static_cast<uint32_t>(selected.size());
-  h.pid = pid;
-  h.prev = whole ? kNullAddress : info.lss_head;
-  h.annotation = annotation;
-  h.bound = bound;
-  EncodePagePayload(selected, r.dst + kRecordHeaderSize);
-  EncodeRecord(h, Slice(r.dst + kRecordHeaderSize, payload), r.dst);
+  WritePageRecord(r.dst, pid, selected, payload, whole ? kNullAddress : info.lss_head,
+                  annotation, bound);
   lss_->Commit(r);
 
   size_t change = 0;
@@ -935,36 +963,12 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
 
   // Committed in memory; copy the records (LLAMA 5.3.1).
   char* out = r.dst + kRecordHeaderSize;
-  auto put = [&](const RecordHeader& h, const std::vector<const PageNode*>* nodes, size_t payload) {
-    if (nodes != nullptr) EncodePagePayload(*nodes, out + kRecordHeaderSize);
-    EncodeRecord(h, Slice(out + kRecordHeaderSize, payload), out);
-    out += RecordSpan(payload);
-  };
-  for (PageId p : txn->allocated_) {
-    RecordHeader h;
-    h.type = RecordType::kAllocate;
-    h.pid = p;
-    h.annotation = annotation;
-    put(h, nullptr, 0);
-  }
+  for (PageId p : txn->allocated_) out += WriteMarkerRecord(out, RecordType::kAllocate, p, annotation);
   for (const PagePlan& plan : plans) {
-    RecordHeader h;
-    h.type = plan.whole ? RecordType::kBase : RecordType::kDelta;
-    h.length = static_cast<uint32_t>(plan.payload);
-    h.count = static_cast<uint32_t>(plan.selected.size());
-    h.pid = plan.pid;
-    h.prev = plan.prev;
-    h.annotation = annotation;
-    h.bound = plan.bound;
-    put(h, &plan.selected, plan.payload);
+    out += WritePageRecord(out, plan.pid, plan.selected, plan.payload, plan.prev, annotation,
+                           plan.bound);
   }
-  for (PageId p : txn->freed_) {
-    RecordHeader h;
-    h.type = RecordType::kFree;
-    h.pid = p;
-    h.annotation = annotation;
-    put(h, nullptr, 0);
-  }
+  for (PageId p : txn->freed_) out += WriteMarkerRecord(out, RecordType::kFree, p, annotation);
   RecordHeader outer;
   outer.type = RecordType::kTransaction;
   outer.length = static_cast<uint32_t>(inner);
@@ -1184,14 +1188,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       DiscardChain(loaded);
       continue;  // the page changed: look again
     }
-    RecordHeader h;
-    h.type = RecordType::kBase;
-    h.length = static_cast<uint32_t>(payload);
-    h.count = static_cast<uint32_t>(pieces.size());
-    h.pid = pid;
-    h.bound = bound;
-    EncodePagePayload(pieces, r.dst + kRecordHeaderSize);
-    EncodeRecord(h, Slice(r.dst + kRecordHeaderSize, payload), r.dst);
+    WritePageRecord(r.dst, pid, pieces, payload, kNullAddress, 0, bound);
     lss_->Commit(r);
     if (swapped) RetireChain(head);
     DiscardChain(loaded);

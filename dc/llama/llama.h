@@ -301,10 +301,6 @@ class Llama {
   // Brings a wholly or partly swapped-out page into memory.
   Result<const PageNode*> Materialize(PageId pid, uint64_t entry);
 
-  // Encodes `nodes` (chain order) as a page record's payload.
-  static size_t PagePayloadSize(const std::vector<const PageNode*>& nodes);
-  static void EncodePagePayload(const std::vector<const PageNode*>& nodes, char* dst);
-
   // Frees pages in the mapping table and retires their chains.
   void FreePagesNow(const std::vector<PageId>& pids);
   // Removes the transaction from the active transaction table.

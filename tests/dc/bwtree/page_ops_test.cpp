@@ -20,6 +20,7 @@ namespace {
 using llama::Llama;
 using llama::NodeKind;
 using llama::PageNode;
+using llama::test::CreatePage;
 using llama::test::MakeNode;
 using llama::test::OpenOrDie;
 
@@ -30,22 +31,6 @@ std::string Key(int i) {
 }
 
 std::string EmptyLeaf() { return EncodeLeafBase(BaseHeader{}, {}); }
-
-// A new page holding `base`, committed by a system transaction.
-PageId CreatePage(Llama* l, const std::string& base, uint64_t tag = 0) {
-  auto g = l->Enter();
-  auto txn = l->TBegin();
-  auto pid = l->TAllocate(txn.get());
-  REQUIRE(pid.ok());
-  auto updated = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, base, tag));
-  REQUIRE(updated.ok());
-  REQUIRE(*updated);
-  auto committed = l->TCommit(txn.get(), 0, nullptr, nullptr, tag, 0);
-  INFO(committed.status().ToString());
-  REQUIRE(committed.ok());
-  REQUIRE(*committed);
-  return *pid;
-}
 
 const PageNode* ReadHead(Llama* l, PageId pid) {
   auto r = l->Read(pid);
@@ -261,7 +246,7 @@ TEST_CASE("Consolidation folds the newest delta per key and keeps newer ones", "
   auto l = OpenOrDie(env.get());
   std::vector<LeafRecord> recs = {{"a", "a1", 1, false}, {"c", "c1", 2, false},
                                   {"e", "", 3, true}};
-  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 3);
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 3, 3);
   auto g = l->Enter();
   auto post = [&](DeltaType t, Slice key, Slice value, uint64_t lsn) {
     auto p = MakeRecordDelta(ReadHead(l.get(), pid), t, key, value, lsn);
@@ -313,7 +298,7 @@ TEST_CASE("Split delta redirects and is applied by consolidation", "[dc][bwtree]
   }
   std::vector<LeafRecord> recs;
   for (int i = 0; i < 10; ++i) recs.push_back(LeafRecord{keys[i], values[i], 1u + i, false});
-  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 10);
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 10, 10);
   auto g = l->Enter();
   Post(l.get(), pid, EncodeSplitDelta(Key(10), 77), 0);
   auto p = MakeRecordDelta(ReadHead(l.get(), pid), DeltaType::kUpsert, Key(3), "new", 20);
@@ -424,7 +409,7 @@ TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
   for (int i = 0; i < 50; ++i) keys.push_back(Key(2 * i));
   std::vector<LeafRecord> recs;
   for (int i = 0; i < 50; ++i) recs.push_back(LeafRecord{keys[i], keys[i], 1, false});
-  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 1);
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 1, 1);
   auto g = l->Enter();
   for (int i = 0; i < 20; ++i) {
     const int k = 2 * static_cast<int>(rnd.Uniform(50)) + 1;  // odd: not in the base

@@ -626,24 +626,13 @@ struct RunCounts {
   uint64_t segments = 0;
 };
 
-const char* OpName(Op op) {
-  switch (op) {
-    case Op::kOpen: return "open";
-    case Op::kRead: return "read";
-    case Op::kWrite: return "write";
-    case Op::kSync: return "sync";
-    case Op::kMetadata: return "metadata";
-    default: return "other";
-  }
-}
-
 // One life of the store: run the workload until it fails (or stops), crash,
 // reopen, check; then write once more, close, reopen and check again.
 RunCounts CrashAndRecover(uint64_t seed, const CrashPoint& p) {
-  INFO("seed " << seed << ", " << (p.n != 0 ? OpName(p.op) : "no") << " failure at " << p.n
+  INFO("seed " << seed << ", " << (p.n != 0 ? FaultInjectionEnv::OpName(p.op) : "no") << " failure at " << p.n
                << ", stop after " << p.stop_after << ", "
                << (p.mode == CrashMode::kDropUnsynced ? "drop" : "tear") << " mode, io_threads "
-               << p.io_threads << ", " << (p.recovery_n != 0 ? OpName(p.recovery_op) : "no")
+               << p.io_threads << ", " << (p.recovery_n != 0 ? FaultInjectionEnv::OpName(p.recovery_op) : "no")
                << " failure in recovery at " << p.recovery_n);
   LlamaOptions o = CrashOptions();
   o.lss.io_threads = p.io_threads;
@@ -818,7 +807,7 @@ TEST_CASE("Crash while creating the store leaves one that opens", "[dc][llama][c
   int round = 0;
   for (const auto& [op, count] : counts) {
     for (uint64_t n = 1; n <= count; ++n, ++round) {
-      INFO(OpName(op) << " failure at " << n << " of " << count);
+      INFO(FaultInjectionEnv::OpName(op) << " failure at " << n << " of " << count);
       auto mem = NewMemEnv();
       FaultInjectionEnv env(mem.get(), n);
       env.FailNth(op, n, Code::kIOError);

@@ -38,6 +38,7 @@ namespace deuteron::llama {
 namespace {
 
 using test::Contents;
+using test::CreatePage;
 using test::kAll;
 using test::MakeNode;
 using test::OpenOrDie;
@@ -187,20 +188,6 @@ std::string ReadAndCheck(Llama* l, const Slot& slot, int updaters) {
   return why.empty() ? why : "page " + std::to_string(slot.pid.load()) + ": " + why;
 }
 
-PageId CreatePage(Llama* l, const std::string& payload) {
-  auto g = l->Enter();
-  auto txn = l->TBegin();
-  auto pid = l->TAllocate(txn.get());
-  REQUIRE(pid.ok());
-  auto u = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, payload, 0));
-  REQUIRE(u.ok());
-  REQUIRE(*u);
-  auto c = l->TCommit(txn.get(), 0, nullptr, nullptr, kAll, 0);
-  REQUIRE(c.ok());
-  REQUIRE(*c);
-  return *pid;
-}
-
 // Update-D of the next id of updater `t` on slot `s`, retried until its CAS
 // wins; acknowledged after.
 bool Update(Llama* l, Slot* slot, int t, std::atomic<uint64_t>* next_tag, Failures* f) {
@@ -309,7 +296,7 @@ TEST_CASE("Update-D, Update-R, flushes, eviction and reads on shared pages",
   {
     auto l = OpenOrDie(mem.get(), o);
     for (int i = 0; i < kPages; ++i) {
-      REQUIRE(pages.Publish(CreatePage(l.get(), "B" + std::to_string(i) + ";")));
+      REQUIRE(pages.Publish(CreatePage(l.get(), "B" + std::to_string(i) + ";", 0, kAll)));
     }
     std::atomic<uint64_t> next_tag{1};
     std::atomic<int> updaters_done{0};
@@ -447,7 +434,7 @@ TEST_CASE("System transactions commit whole against flushes, evictions and check
   {
     auto l = OpenOrDie(mem.get(), o);
     for (int i = 0; i < kPages; ++i) {
-      REQUIRE(pages.Publish(CreatePage(l.get(), "B" + std::to_string(i) + ";")));
+      REQUIRE(pages.Publish(CreatePage(l.get(), "B" + std::to_string(i) + ";", 0, kAll)));
     }
     std::atomic<uint64_t> next_tag{1};
     std::atomic<bool> smos_done{false};
@@ -676,7 +663,7 @@ TEST_CASE("A checkpoint taken as a transaction becomes stable sees the transacti
   o.checkpoint_on_close = false;
   auto l = OpenOrDie(mem.get(), o);
   const uint64_t store_id = l->lss()->identity().store_id;
-  const PageId left = CreatePage(l.get(), "L;");
+  const PageId left = CreatePage(l.get(), "L;", 0, kAll);
 
   // A PID's events in order; `began` is the tick before its transaction began.
   struct PidEvent {

@@ -17,6 +17,7 @@ namespace deuteron::llama {
 namespace {
 
 using test::Contents;
+using test::CreatePage;
 using test::kAll;
 using test::MakeNode;
 using test::OpenOrDie;
@@ -32,22 +33,6 @@ std::vector<std::string> ReadContents(Llama* l, PageId pid) {
   return Contents(*r);
 }
 
-
-// A new page holding a base, committed (and so flushed) by a system transaction.
-PageId CreatePage(Llama* l, std::string_view base, uint64_t tag = 0, uint64_t bound = 0) {
-  auto g = l->Enter();
-  auto txn = l->TBegin();
-  auto pid = l->TAllocate(txn.get());
-  REQUIRE(pid.ok());
-  auto updated = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, base, tag));
-  REQUIRE(updated.ok());
-  REQUIRE(*updated);
-  auto committed = l->TCommit(txn.get(), 0, nullptr, nullptr, bound, 0);
-  INFO(committed.status().ToString());
-  REQUIRE(committed.ok());
-  REQUIRE(*committed);
-  return *pid;
-}
 
 // Usable from any thread (no Catch assertions): false if a read failed.
 bool TryAddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
@@ -507,12 +492,6 @@ TEST_CASE("After a crash exactly the stable flushes are recovered", "[dc][llama]
   }
 }
 
-}  // namespace
-}  // namespace deuteron::llama
-
-namespace deuteron::llama {
-namespace {
-
 TEST_CASE("A budget a quarter of the data still reads every page back", "[dc][llama][budget]") {
   auto mem = NewMemEnv();
   constexpr int kPages = 1500;
@@ -565,12 +544,6 @@ TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][b
   auto l = OpenOrDie(mem.get(), o);
   CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"durable@5", "base@0"});
 }
-
-}  // namespace
-}  // namespace deuteron::llama
-
-namespace deuteron::llama {
-namespace {
 
 using test::Contents;
 using test::kAll;
@@ -653,12 +626,6 @@ TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llam
     }
   }
 }
-
-}  // namespace
-}  // namespace deuteron::llama
-
-namespace deuteron::llama {
-namespace {
 
 using test::Contents;
 using test::kAll;

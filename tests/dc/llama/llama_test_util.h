@@ -45,6 +45,24 @@ inline PageNode* MakeNode(Llama* l, NodeKind kind, std::string_view payload, uin
   return n;
 }
 
+// A new page holding a base with `payload` and `tag`, committed by a system
+// transaction (and so flushed) under `bound`.
+inline PageId CreatePage(Llama* l, std::string_view payload, uint64_t tag = 0,
+                         uint64_t bound = 0) {
+  auto g = l->Enter();
+  auto txn = l->TBegin();
+  auto pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  auto updated = l->TUpdateD(txn.get(), *pid, nullptr, MakeNode(l, NodeKind::kBase, payload, tag));
+  REQUIRE(updated.ok());
+  REQUIRE(*updated);
+  auto committed = l->TCommit(txn.get(), 0, nullptr, nullptr, bound, 0);
+  INFO(committed.status().ToString());
+  REQUIRE(committed.ok());
+  REQUIRE(*committed);
+  return *pid;
+}
+
 // Data nodes of a chain, newest first, as "payload@tag".
 inline std::vector<std::string> Contents(const PageNode* head) {
   std::vector<std::string> out;

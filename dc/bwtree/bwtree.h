@@ -1,0 +1,243 @@
+// BwTree: a latch-free B-link tree on the LLAMA cache (Bw-tree paper, with
+// OpenBw-Tree's consolidation and search shortcuts). Every node is a LLAMA
+// page; every change is an Update-D (a delta) or an Update-R (a consolidated
+// chain) through the mapping table. Design notes: dc/bwtree/bwtree.md;
+// node bytes: dc/bwtree/node_format.md.
+//
+// Keys and values are byte strings, keys ordered bytewise. Every record
+// carries an LSN given by the caller; it is stored, returned, and kept through
+// consolidation, splits, merges, flushes and recovery.
+//
+// Structure changes:
+//  - Split (B-link half split): a system transaction allocates the new right
+//    sibling with the upper half and commits with a split delta on the old
+//    node; the index entry is then posted on the parent by a plain delta.
+//    A root split also allocates a new root and commits by swapping the root
+//    PID on the meta page.
+//  - Merge of an underfull leaf R into its left neighbour L: a remove-node
+//    delta on R, a merge delta on L, index-term-delete deltas on the
+//    parents; R is freed once L's consolidation has folded R's state in.
+//  - A thread that meets an unfinished step (a split without its index
+//    entry, a removed node without its merge) completes it before going on;
+//    no thread waits for another.
+//
+// The WAL rule (DESIGN.md contract 2): consolidation folds into a base only
+// records with LSN <= flush_bound() (the DC's ESL); younger records stay as
+// deltas above the new base, and system transactions flush under that bound.
+//
+// Thread safety: every method is thread-safe except Check (REQUIRES: no
+// concurrent writers). An Iterator is used by one thread at a time. The
+// Llama must outlive the tree and every iterator.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/slice.h"
+#include "common/status.h"
+#include "dc/bwtree/node_format.h"
+#include "dc/bwtree/page_ops.h"
+#include "dc/llama/llama.h"
+
+namespace deuteron::bwtree {
+
+struct BwTreeOptions {
+  Limits limits;
+  // Consolidate a node when its chain holds more than this many deltas.
+  size_t leaf_delta_threshold = 8;
+  size_t inner_delta_threshold = 4;
+  // Split a node when its consolidated state holds more records (entries)
+  // than this, or its base is larger than the byte limit.
+  size_t leaf_max_records = 128;
+  size_t inner_max_entries = 128;
+  size_t node_max_bytes = 64 << 10;
+  // Merge a leaf into its left neighbour when its consolidated state holds
+  // at most this many records; 0: never merge.
+  size_t leaf_merge_records = 16;
+  // The ESL: records above it are never folded into bases nor flushed by
+  // structure changes. Unset: no bound.
+  std::function<uint64_t()> flush_bound;
+  // The RSSP: consolidation purges tombstones with LSN below it. Unset: 0
+  // (tombstones are kept).
+  std::function<uint64_t()> purge_bound;
+};
+
+// A record read from the tree.
+struct Record {
+  std::string value;
+  uint64_t lsn = 0;
+};
+
+// What a write requires of the key's current state.
+enum class WriteKind {
+  kInsert,       // AlreadyExists when the key is present
+  kUpdate,       // NotFound when the key is absent
+  kUpsert,       // blind: no existence check
+  kDelete,       // NotFound when the key is absent; posts a tombstone
+  kBlindDelete,  // posts a tombstone whatever the state
+};
+
+// Range scan bounds and direction.
+struct ScanOptions {
+  std::optional<std::string> lower;  // none: from the first key
+  bool lower_inclusive = true;
+  std::optional<std::string> upper;  // none: to the last key
+  bool upper_inclusive = false;
+  bool reverse = false;              // descending order
+};
+
+class BwTree;
+
+// A cursor over a key range. It holds a private copy of the current leaf's
+// records in range, so a concurrent change never invalidates it; moving past
+// the copy re-finds the next leaf by key from the root. Keys deleted or
+// inserted concurrently may or may not be seen; each key is returned at most
+// once, in order. Deleted keys and empty leaves are crossed in a loop.
+class Iterator {
+ public:
+  bool Valid() const { return pos_ < items_.size(); }
+  Slice key() const { return items_[pos_].key; }
+  Slice value() const { return items_[pos_].value; }
+  uint64_t lsn() const { return items_[pos_].lsn; }
+  // Advances in the scan's direction. Not Valid() at the end or on error.
+  void Next();
+  // OK, or the error that ended the scan early.
+  const Status& status() const { return status_; }
+
+ private:
+  friend class BwTree;
+  struct Item {
+    std::string key;
+    std::string value;
+    uint64_t lsn = 0;
+  };
+  Iterator(BwTree* tree, ScanOptions options);
+  // Loads the leaf holding the next keys after (or before) `from`.
+  void Load(bool first);
+  bool InRange(Slice key) const;
+
+  BwTree* tree_;
+  ScanOptions options_;
+  std::vector<Item> items_;
+  size_t pos_ = 0;
+  // The copied leaf's range: the next leaf starts at high_ (forward) or ends
+  // at low_ (reverse).
+  std::string low_, high_;
+  bool high_infinite_ = true;
+  bool done_ = false;
+  Status status_;
+};
+
+class BwTree {
+ public:
+  // Opens the tree kept in `llama`, creating an empty one (meta page and a
+  // root leaf, in one system transaction) when the store holds no pages.
+  // Corruption when page 1 is not a Bw-tree meta page.
+  static Result<std::unique_ptr<BwTree>> Open(llama::Llama* llama, BwTreeOptions options = {});
+
+  // Reads the key: NotFound when absent or deleted.
+  Result<Record> Get(Slice key);
+  // The LSN the tree holds for the key, tombstones included; 0 when none.
+  Result<uint64_t> GetLsn(Slice key);
+
+  // Writes a record delta tagged `lsn`. TooLarge for keys/values over the
+  // limits; AlreadyExists / NotFound as WriteKind says.
+  Status Write(WriteKind kind, Slice key, Slice value, uint64_t lsn);
+  Status Insert(Slice key, Slice value, uint64_t lsn) {
+    return Write(WriteKind::kInsert, key, value, lsn);
+  }
+  Status Update(Slice key, Slice value, uint64_t lsn) {
+    return Write(WriteKind::kUpdate, key, value, lsn);
+  }
+  Status Upsert(Slice key, Slice value, uint64_t lsn) {
+    return Write(WriteKind::kUpsert, key, value, lsn);
+  }
+  Status Delete(Slice key, uint64_t lsn) { return Write(WriteKind::kDelete, key, Slice(), lsn); }
+
+  // A scan. InvalidArgument for bounds over the key limit.
+  Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
+
+  // Flushes every page that is in memory with unflushed nodes under
+  // `max_tag` and makes the LSS stable up to the last flush. Pages whose
+  // base cannot yet be written (younger than max_tag) are skipped.
+  Status FlushAll(uint64_t max_tag);
+
+  // Walks the whole tree and verifies: every node decodes; keys ascend
+  // within [low, high) in every node; each level is a chain of right-sibling
+  // links whose ranges meet exactly and end at +infinity; every inner entry
+  // routes to a node of the level below whose range holds the entry's start;
+  // and every key in every leaf is found again by a search from the root.
+  // Missing index entries (a split whose post was lost in a crash) are
+  // allowed: B-link right moves reach those nodes.
+  // REQUIRES: no concurrent writers.
+  Status Check();
+
+  // Counters in the spirit of the Bw-tree paper's Table I.
+  struct Stats {
+    uint64_t reads = 0, writes = 0;
+    uint64_t update_retries = 0;          // failed record-delta CASes
+    uint64_t consolidations = 0, failed_consolidations = 0;
+    uint64_t splits = 0, failed_splits = 0, root_splits = 0;
+    uint64_t merges = 0, failed_merges = 0;
+    uint64_t index_posts = 0, failed_index_posts = 0;  // entries / term deletes
+    uint64_t helped_smos = 0;             // unfinished SMOs completed by others
+    uint64_t restarts = 0;                // descents started over from the root
+    uint64_t chains_seen = 0, chain_length_sum = 0, chain_length_max = 0;
+    uint64_t pages_freed = 0;
+    uint32_t height = 0;                  // levels, the leaves included
+  };
+  Stats GetStats() const;
+
+  llama::Llama* llama() { return llama_; }
+  const BwTreeOptions& options() const { return options_; }
+  PageId root() const { return root_.load(std::memory_order_acquire); }
+
+  ~BwTree();
+
+ private:
+  friend class Iterator;
+  struct Path;
+  struct Leaf;
+  BwTree(llama::Llama* llama, BwTreeOptions options);
+  Status Bootstrap();
+
+  uint64_t FlushBound() const;
+  uint64_t PurgeBound() const;
+
+  // Descends to the leaf for `key` (or, with `before`, the leaf holding the
+  // largest key below it), completing unfinished SMOs met on the way.
+  Status Descend(Slice key, bool before, uint32_t target_level, Path* path);
+  // Snapshot of the leaf holding the next keys at/after `key` (before it
+  // with `before`), for iterators.
+  Status ReadLeaf(Slice key, bool before, Leaf* leaf);
+
+  // Structure changes; each returns OK when it gave up because the page
+  // changed (counted as a failure), an error only for real errors.
+  Status MaybeRestructure(PageId pid, uint32_t level, Path* path);
+  Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
+  Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
+  Status SplitNode(PageId pid, uint32_t level);
+  Status PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right);
+  Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right);
+  Status StartMerge(PageId pid);
+  Status CompleteMerge(PageId removed);
+  Status FreePage(PageId pid);
+
+  void NoteChain(size_t length);
+
+  llama::Llama* const llama_;
+  const BwTreeOptions options_;
+  std::atomic<PageId> root_{0};
+
+  // Relaxed counters: statistics only.
+  struct Counters;
+  std::unique_ptr<Counters> counters_;
+};
+
+}  // namespace deuteron::bwtree

@@ -1,0 +1,706 @@
+// Single-threaded tests of the Bw-tree's public interface: the write kinds'
+// existence rules, LSNs kept per record, size limits, reopening, range scans
+// (bounds, directions, empty ranges, runs of deleted keys, writes between
+// Next() calls), structure changes (splits, root splits, merges) with Check,
+// and the ESL rule across a crash.
+#include "dc/bwtree/bwtree.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "common/fault_env.h"
+#include "common/random.h"
+#include "tests/dc/bwtree/bwtree_test_util.h"
+#include "tests/dc/llama/llama_test_util.h"
+
+namespace deuteron::bwtree {
+namespace {
+
+using llama::Llama;
+using llama::LlamaOptions;
+using test::CompareAll;
+using test::Describe;
+using test::Expect;
+using test::Item;
+using test::Key;
+using test::kAll;
+using test::Model;
+using test::OpenLlama;
+using test::OpenTree;
+using test::RequireCheck;
+using test::ScanItems;
+using test::ScanText;
+using test::SmallNodeOptions;
+using test::TreeLlamaOptions;
+
+// A tree on a fresh in-memory store. Members die tree first, then the cache.
+struct Fixture {
+  explicit Fixture(BwTreeOptions o = {}, LlamaOptions lo = TreeLlamaOptions())
+      : tree_options(std::move(o)), llama_options(std::move(lo)) {
+    llama = OpenLlama(env.get(), llama_options);
+    tree = OpenTree(llama.get(), tree_options);
+  }
+
+  // Flushes everything, closes (checkpointing as configured) and reopens.
+  void Reopen() {
+    REQUIRE(tree->FlushAll(kAll).ok());
+    tree.reset();
+    REQUIRE(llama->Close().ok());
+    llama.reset();
+    llama = OpenLlama(env.get(), llama_options);
+    tree = OpenTree(llama.get(), tree_options);
+  }
+
+  BwTreeOptions tree_options;
+  LlamaOptions llama_options;
+  std::unique_ptr<Env> env = NewMemEnv();
+  std::unique_ptr<Llama> llama;
+  std::unique_ptr<BwTree> tree;
+};
+
+// Writes and requires the given outcome; keeps `model` in step.
+void Write(BwTree* tree, Model* model, WriteKind kind, const std::string& key,
+           const std::string& value, uint64_t lsn) {
+  const bool del = kind == WriteKind::kDelete || kind == WriteKind::kBlindDelete;
+  const Expect want = model->Apply(kind, key, value, lsn);
+  Status s = tree->Write(kind, key, del ? Slice() : Slice(value), lsn);
+  INFO(test::KindName(kind) << " " << test::Esc(key) << " @" << lsn << ": " << s.ToString()
+                            << ", want " << test::ExpectName(want));
+  REQUIRE(test::Matches(s, want));
+}
+
+void RequireSame(BwTree* tree, const Model& model, uint64_t purge_below = 0) {
+  const std::string diff = CompareAll(tree, model, purge_below);
+  INFO(diff);
+  REQUIRE(diff.empty());
+}
+
+void RequireFound(BwTree* tree, const std::string& key, const std::string& value, uint64_t lsn) {
+  auto r = tree->Get(key);
+  INFO("Get " << key << ": " << r.status().ToString());
+  REQUIRE(r.ok());
+  CHECK(r->value == value);
+  CHECK(r->lsn == lsn);
+  auto l = tree->GetLsn(key);
+  REQUIRE(l.ok());
+  CHECK(*l == lsn);
+}
+
+void RequireAbsent(BwTree* tree, const std::string& key, uint64_t lsn) {
+  auto r = tree->Get(key);
+  INFO("Get " << key << ": " << r.status().ToString());
+  CHECK(r.status().IsNotFound());
+  auto l = tree->GetLsn(key);
+  REQUIRE(l.ok());
+  CHECK(*l == lsn);
+}
+
+BwTreeOptions PurgeAll(BwTreeOptions o) {
+  o.purge_bound = [] { return kAll; };
+  return o;
+}
+
+TEST_CASE("An empty tree finds nothing", "[dc][bwtree]") {
+  Fixture f;
+  RequireAbsent(f.tree.get(), "a", 0);
+  RequireAbsent(f.tree.get(), Key(1), 0);
+  CHECK(ScanText(f.tree.get()).empty());
+  ScanOptions reverse;
+  reverse.reverse = true;
+  CHECK(ScanText(f.tree.get(), reverse).empty());
+  RequireCheck(f.tree.get());
+  const BwTree::Stats s = f.tree->GetStats();
+  CHECK(s.height == 1);
+  CHECK(s.splits == 0);
+  // An empty tree survives a reopen, and Open does not bootstrap it twice.
+  f.Reopen();
+  RequireAbsent(f.tree.get(), "a", 0);
+  RequireCheck(f.tree.get());
+}
+
+TEST_CASE("Open rejects a store whose page 1 is not a Bw-tree meta page", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenLlama(env.get(), TreeLlamaOptions());
+  const PageId pid = llama::test::CreatePage(l.get(), "not a meta page", 0, kAll);
+  REQUIRE(pid == 1);
+  auto r = BwTree::Open(l.get());
+  INFO(r.status().ToString());
+  CHECK(r.status().IsCorruption());
+}
+
+TEST_CASE("Write kinds follow their existence rules", "[dc][bwtree]") {
+  // The same script on a plain tree and on one that consolidates after
+  // every delta, so each rule is checked over deltas and over bases.
+  BwTreeOptions o;
+  SECTION("default nodes") {}
+  SECTION("consolidating constantly") {
+    o = SmallNodeOptions();
+    o.leaf_delta_threshold = 1;
+  }
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  Model m;
+  Write(t, &m, WriteKind::kInsert, "a", "1", 10);
+  RequireFound(t, "a", "1", 10);
+  Write(t, &m, WriteKind::kInsert, "a", "2", 11);  // AlreadyExists
+  RequireFound(t, "a", "1", 10);
+  Write(t, &m, WriteKind::kUpdate, "b", "x", 12);  // NotFound
+  RequireAbsent(t, "b", 0);
+  Write(t, &m, WriteKind::kUpdate, "a", "3", 13);
+  RequireFound(t, "a", "3", 13);
+  Write(t, &m, WriteKind::kUpsert, "b", "4", 14);
+  RequireFound(t, "b", "4", 14);
+  Write(t, &m, WriteKind::kUpsert, "b", "5", 15);
+  RequireFound(t, "b", "5", 15);
+  Write(t, &m, WriteKind::kDelete, "c", "", 16);  // NotFound
+  RequireAbsent(t, "c", 0);
+  Write(t, &m, WriteKind::kDelete, "a", "", 17);
+  RequireAbsent(t, "a", 17);  // the tombstone keeps the delete's LSN
+  Write(t, &m, WriteKind::kDelete, "a", "", 18);  // NotFound: already deleted
+  RequireAbsent(t, "a", 17);
+  Write(t, &m, WriteKind::kUpdate, "a", "6", 19);  // NotFound
+  RequireAbsent(t, "a", 17);
+  Write(t, &m, WriteKind::kInsert, "a", "7", 20);  // a tombstone is absent
+  RequireFound(t, "a", "7", 20);
+  Write(t, &m, WriteKind::kBlindDelete, "d", "", 21);  // blind: no check
+  RequireAbsent(t, "d", 21);
+  Write(t, &m, WriteKind::kBlindDelete, "a", "", 22);
+  RequireAbsent(t, "a", 22);
+  Write(t, &m, WriteKind::kUpsert, "d", "", 23);  // an empty value is not a tombstone
+  RequireFound(t, "d", "", 23);
+  Write(t, &m, WriteKind::kInsert, "d", "8", 24);  // AlreadyExists: "" is a value
+  Write(t, &m, WriteKind::kUpdate, "d", "9", 25);
+  RequireFound(t, "d", "9", 25);
+  // The convenience wrappers are the same writes.
+  CHECK(test::IsAlreadyExists(t->Insert("d", "x", 26)));
+  CHECK(t->Update("e", "x", 27).IsNotFound());
+  CHECK(t->Delete("e", 28).IsNotFound());
+  REQUIRE(t->Upsert("e", "10", 29).ok());
+  REQUIRE(m.Apply(WriteKind::kUpsert, "e", "10", 29) == Expect::kOk);
+  REQUIRE(t->Delete("e", 30).ok());
+  REQUIRE(m.Apply(WriteKind::kDelete, "e", "", 30) == Expect::kOk);
+  CHECK(ScanText(t) == "b=5@15\nd=9@25\n");
+  RequireSame(t, m);
+  RequireCheck(t);
+  f.Reopen();
+  t = f.tree.get();
+  RequireSame(t, m);
+  RequireAbsent(t, "a", 22);
+  RequireCheck(t);
+}
+
+TEST_CASE("Keys and values are bytes, ordered bytewise", "[dc][bwtree]") {
+  Fixture f(SmallNodeOptions());
+  BwTree* t = f.tree.get();
+  Model m;
+  const std::vector<std::string> keys = {
+      std::string("\0", 1), std::string("\0\0", 2), std::string("a\0", 2), "a", "ab",
+      std::string("a\xff", 2), "b", std::string("\x7f", 1), std::string("\x80", 1),
+      std::string("\xff", 1), std::string("\xff\xff\xff", 3), "B", "aa", "a b"};
+  uint64_t lsn = 1;
+  for (const std::string& k : keys) {
+    Write(t, &m, WriteKind::kInsert, k, k + std::string("\0\xff", 2) + k, lsn++);
+  }
+  RequireSame(t, m);
+  RequireCheck(t);
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> got;
+  for (const Item& i : ScanItems(t)) got.push_back(i.key);
+  CHECK(got == sorted);
+}
+
+TEST_CASE("Every record keeps its own LSN through consolidations and splits", "[dc][bwtree]") {
+  Fixture f(SmallNodeOptions());
+  BwTree* t = f.tree.get();
+  Model m;
+  // LSNs out of key order (as operations on different keys arrive), some
+  // over 32 bits, and rewrites with smaller LSNs than their neighbours'.
+  for (uint64_t i = 0; i < 200; ++i) {
+    const uint64_t lsn = i % 3 == 0 ? (1ull << 40) + 1000 - i : 1000 - i;
+    Write(t, &m, WriteKind::kInsert, Key(i), "v" + std::to_string(i), lsn);
+  }
+  // Later writes of a key carry larger LSNs (per-key order is the log's).
+  for (uint64_t i = 0; i < 200; i += 7) {
+    Write(t, &m, WriteKind::kUpdate, Key(i), "u" + std::to_string(i), (1ull << 41) + 200 - i);
+  }
+  for (uint64_t i = 3; i < 200; i += 11) {
+    Write(t, &m, WriteKind::kDelete, Key(i), "", (1ull << 42) + 200 - i);
+  }
+  Write(t, &m, WriteKind::kUpsert, Key(500), "big", ~0ull - 1);
+  RequireSame(t, m);
+  RequireCheck(t);
+  CHECK(t->GetStats().splits > 0);
+  f.Reopen();
+  RequireSame(f.tree.get(), m);
+}
+
+TEST_CASE("Keys and values over the limits are TooLarge", "[dc][bwtree]") {
+  BwTreeOptions o;
+  o.limits.max_key_size = 16;
+  o.limits.max_value_size = 32;
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  const std::string key16(16, 'k'), key17(17, 'k');
+  const std::string value32(32, 'v'), value33(33, 'v');
+  auto too_large = [](const Status& s) {
+    INFO(s.ToString());
+    return s.code() == Code::kTooLarge;
+  };
+  REQUIRE(t->Insert(key16, value32, 1).ok());
+  RequireFound(t, key16, value32, 1);
+  CHECK(too_large(t->Insert(key17, "v", 2)));
+  CHECK(too_large(t->Upsert(key17, "v", 3)));
+  CHECK(too_large(t->Update(key17, "v", 4)));
+  CHECK(too_large(t->Delete(key17, 5)));
+  CHECK(too_large(t->Write(WriteKind::kBlindDelete, key17, "", 6)));
+  CHECK(too_large(t->Insert("x", value33, 7)));
+  CHECK(too_large(t->Upsert(key16, value33, 8)));
+  CHECK(too_large(t->Update(key16, value33, 9)));
+  // Nothing was written by the rejected calls.
+  RequireFound(t, key16, value32, 1);
+  RequireAbsent(t, "x", 0);
+  CHECK(ScanText(t) == key16 + "=" + value32 + "@1\n");
+  // Scan bounds over the key limit are InvalidArgument.
+  ScanOptions s;
+  s.lower = key17;
+  CHECK(t->Scan(s).status().IsInvalidArgument());
+  ScanOptions u;
+  u.upper = key17;
+  CHECK(t->Scan(u).status().IsInvalidArgument());
+  RequireCheck(t);
+}
+
+TEST_CASE("A reopened tree finds what was flushed", "[dc][bwtree]") {
+  LlamaOptions lo = TreeLlamaOptions();
+  SECTION("closing with a checkpoint") {}
+  SECTION("recovering from the LSS alone") { lo.checkpoint_on_close = false; }
+  Fixture f(PurgeAll(SmallNodeOptions()), lo);
+  Model m;
+  Random64 rnd(42);
+  uint64_t lsn = 0;
+  for (int round = 0; round < 3; ++round) {
+    INFO("round " << round);
+    for (int i = 0; i < 400; ++i) {
+      const std::string key = Key(rnd.Uniform(300));
+      ++lsn;
+      if (rnd.OneIn(4)) {
+        Write(f.tree.get(), &m, WriteKind::kBlindDelete, key, "", lsn);
+      } else {
+        Write(f.tree.get(), &m, WriteKind::kUpsert, key, "r" + std::to_string(lsn), lsn);
+      }
+    }
+    const uint32_t height = f.tree->GetStats().height;
+    CHECK(height >= 2);
+    f.Reopen();
+    RequireSame(f.tree.get(), m, kAll);
+    RequireCheck(f.tree.get());
+    // The reopened tree has the same shape; its counters start over.
+    CHECK(f.tree->GetStats().height == height);
+  }
+}
+
+// Keys 10, 20, ..., 500 with every 7th deleted (tombstones among them), over
+// small nodes: many leaves.
+Model ScanData(Fixture* f) {
+  Model m;
+  uint64_t lsn = 0;
+  for (uint64_t i = 10; i <= 500; i += 10) {
+    Write(f->tree.get(), &m, WriteKind::kInsert, Key(i), "v" + std::to_string(i), ++lsn);
+  }
+  for (uint64_t i = 70; i <= 500; i += 70) {
+    Write(f->tree.get(), &m, WriteKind::kDelete, Key(i), "", ++lsn);
+  }
+  return m;
+}
+
+TEST_CASE("Scans honour every combination of bounds and direction", "[dc][bwtree]") {
+  Fixture f(SmallNodeOptions());
+  const Model m = ScanData(&f);
+  // Bounds below, at, between, inside and above the data; a deleted key; a
+  // prefix of every key; a key right after an existing one.
+  const std::vector<std::string> bounds = {
+      "",       "a",    "k",      Key(0),   Key(10),  Key(15),  Key(70), Key(250),
+      Key(250) + std::string("\0", 1),    Key(255), Key(490), Key(500), Key(999), "l"};
+  int scans = 0;
+  for (int lo = -1; lo < static_cast<int>(bounds.size()); ++lo) {
+    for (int hi = -1; hi < static_cast<int>(bounds.size()); ++hi) {
+      for (int flags = 0; flags < 8; ++flags) {
+        ScanOptions o;
+        if (lo >= 0) o.lower = bounds[lo];
+        if (hi >= 0) o.upper = bounds[hi];
+        o.lower_inclusive = (flags & 1) != 0;
+        o.upper_inclusive = (flags & 2) != 0;
+        o.reverse = (flags & 4) != 0;
+        if ((lo < 0 && (flags & 1) == 0) || (hi < 0 && (flags & 2) != 0)) continue;
+        INFO("scan " << Describe(o));
+        const std::string want = Describe(m.Scan(o));
+        REQUIRE(ScanText(f.tree.get(), o) == want);
+        ++scans;
+      }
+    }
+  }
+  CHECK(scans > 1000);
+  CHECK(f.tree->GetStats().height >= 2);
+  RequireCheck(f.tree.get());
+}
+
+TEST_CASE("Scans of empty ranges and single keys", "[dc][bwtree]") {
+  Fixture f(SmallNodeOptions());
+  const Model m = ScanData(&f);
+  for (bool reverse : {false, true}) {
+    INFO("reverse " << reverse);
+    ScanOptions o;
+    o.reverse = reverse;
+    // lower > upper
+    o.lower = Key(300);
+    o.upper = Key(200);
+    CHECK(ScanText(f.tree.get(), o).empty());
+    // lower == upper: empty unless both ends are inclusive.
+    o.lower = Key(200);
+    o.upper = Key(200);
+    CHECK(ScanText(f.tree.get(), o).empty());
+    o.upper_inclusive = true;
+    CHECK(ScanText(f.tree.get(), o) == "k000200=v200@20\n");
+    o.lower_inclusive = false;
+    CHECK(ScanText(f.tree.get(), o).empty());
+    // A range holding only a deleted key.
+    o.lower = Key(61);
+    o.upper = Key(79);
+    o.lower_inclusive = true;
+    CHECK(ScanText(f.tree.get(), o).empty());
+    // Ranges wholly outside the data.
+    o.lower = Key(0);
+    o.upper = Key(9);
+    CHECK(ScanText(f.tree.get(), o).empty());
+    o.lower = Key(501);
+    o.upper.reset();
+    CHECK(ScanText(f.tree.get(), o).empty());
+  }
+}
+
+TEST_CASE("Random scans across many leaves match the model", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  Fixture f(PurgeAll(SmallNodeOptions()));
+  Model m;
+  uint64_t lsn = 0;
+  for (int i = 0; i < 1500; ++i) {
+    const std::string key = Key(rnd.Uniform(2000));
+    ++lsn;
+    if (rnd.OneIn(5)) {
+      Write(f.tree.get(), &m, WriteKind::kBlindDelete, key, "", lsn);
+    } else {
+      Write(f.tree.get(), &m, WriteKind::kUpsert, key, std::to_string(lsn), lsn);
+    }
+  }
+  RequireSame(f.tree.get(), m, kAll);
+  for (int i = 0; i < 200; ++i) {
+    ScanOptions o;
+    if (!rnd.OneIn(6)) o.lower = Key(rnd.Uniform(2100));
+    if (!rnd.OneIn(6)) o.upper = Key(rnd.Uniform(2100));
+    o.lower_inclusive = rnd.OneIn(2);
+    o.upper_inclusive = rnd.OneIn(2);
+    o.reverse = rnd.OneIn(2);
+    INFO("scan " << Describe(o));
+    REQUIRE(ScanText(f.tree.get(), o) == Describe(m.Scan(o)));
+  }
+  CHECK(f.tree->GetStats().height >= 3);
+  RequireCheck(f.tree.get());
+}
+
+TEST_CASE("Scans cross long runs of deleted keys", "[dc][bwtree]") {
+  BwTreeOptions o = SmallNodeOptions();
+  uint64_t purge_below = 0;
+  SECTION("tombstones kept") {}
+  SECTION("tombstones purged, leaves merged") {
+    o = PurgeAll(o);
+    purge_below = kAll;
+  }
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  Model m;
+  uint64_t lsn = 0;
+  for (uint64_t i = 0; i < 1200; ++i) {
+    Write(t, &m, WriteKind::kInsert, Key(i), "v" + std::to_string(i), ++lsn);
+  }
+  for (uint64_t i = 100; i < 1100; ++i) Write(t, &m, WriteKind::kDelete, Key(i), "", ++lsn);
+  RequireCheck(t);
+  auto scan = [&](std::optional<std::string> lower, std::optional<std::string> upper,
+                  bool reverse) {
+    ScanOptions s;
+    s.lower = std::move(lower);
+    s.upper = std::move(upper);
+    s.reverse = reverse;
+    INFO("scan " << Describe(s));
+    const std::vector<Item> got = ScanItems(t, s);
+    CHECK(Describe(got) == Describe(m.Scan(s)));
+    return got.size();
+  };
+  for (bool reverse : {false, true}) {
+    CHECK(scan(std::nullopt, std::nullopt, reverse) == 200);
+    CHECK(scan(Key(150), Key(1050), reverse) == 0);     // only deleted keys
+    CHECK(scan(Key(500), std::nullopt, reverse) == 100);  // starts inside the run
+    CHECK(scan(std::nullopt, Key(500), reverse) == 100);  // ends inside the run
+    CHECK(scan(Key(50), Key(1150), reverse) == 100);
+  }
+  // A run at the end and one at the start as well.
+  for (uint64_t i = 1100; i < 1200; ++i) Write(t, &m, WriteKind::kDelete, Key(i), "", ++lsn);
+  for (uint64_t i = 0; i < 50; ++i) Write(t, &m, WriteKind::kDelete, Key(i), "", ++lsn);
+  for (bool reverse : {false, true}) {
+    CHECK(scan(std::nullopt, std::nullopt, reverse) == 50);
+    CHECK(scan(Key(100), std::nullopt, reverse) == 0);
+    CHECK(scan(std::nullopt, Key(50), reverse) == 0);
+  }
+  RequireSame(t, m, purge_below);
+  RequireCheck(t);
+  if (purge_below != 0) CHECK(t->GetStats().merges > 0);
+  // Everything deleted: scans end at once.
+  for (uint64_t i = 50; i < 100; ++i) Write(t, &m, WriteKind::kDelete, Key(i), "", ++lsn);
+  for (bool reverse : {false, true}) CHECK(scan(std::nullopt, std::nullopt, reverse) == 0);
+  RequireSame(t, m, purge_below);
+  RequireCheck(t);
+}
+
+// A scan that writes between its Next() calls: keys ahead and behind are
+// inserted, updated and deleted, enough to split and merge the leaves the
+// iterator is crossing. Untouched keys must all be seen with their values;
+// every key seen at most once, in order, in range, with a value it held
+// during the scan.
+void ScanWhileWriting(uint64_t seed, ScanOptions o) {
+  INFO("seed " << seed << ", scan " << Describe(o));
+  Random64 rnd(seed);
+  Fixture f(PurgeAll(SmallNodeOptions()));
+  BwTree* t = f.tree.get();
+  Model m;
+  uint64_t lsn = 0;
+  std::map<std::string, std::set<std::string>> versions;  // values held during the scan
+  for (uint64_t i = 0; i < 600; i += 2) {
+    Write(t, &m, WriteKind::kInsert, Key(i), "v" + std::to_string(i), ++lsn);
+    versions[Key(i)].insert("v" + std::to_string(i));
+  }
+  std::set<std::string> touched;
+  auto it_or = t->Scan(o);
+  REQUIRE(it_or.ok());
+  std::unique_ptr<Iterator> it = std::move(it_or).value();
+  std::vector<std::string> seen;
+  int writes = 0;
+  for (; it->Valid(); it->Next()) {
+    const std::string key = it->key().ToString();
+    INFO("at " << key << " after " << seen.size() << " keys");
+    REQUIRE(test::InRange(o, key));
+    if (!seen.empty()) REQUIRE((o.reverse ? key < seen.back() : key > seen.back()));
+    REQUIRE(versions[key].count(it->value().ToString()) == 1);
+    seen.push_back(key);
+    for (int w = 0; w < 4; ++w) {
+      const std::string k = Key(rnd.Uniform(620));
+      touched.insert(k);
+      const uint64_t r = rnd.Uniform(10);
+      const std::string value = "w" + std::to_string(lsn + 1);
+      if (r < 4) {
+        Write(t, &m, WriteKind::kUpsert, k, value, ++lsn);
+        versions[k].insert(value);
+      } else {
+        Write(t, &m, WriteKind::kBlindDelete, k, "", ++lsn);
+      }
+      ++writes;
+    }
+  }
+  REQUIRE(it->status().ok());
+  for (const auto& [key, values] : versions) {
+    if (touched.count(key) != 0 || !test::InRange(o, key)) continue;
+    INFO("untouched key " << key);
+    CHECK(std::find(seen.begin(), seen.end(), key) != seen.end());
+  }
+  CHECK(writes > 100);
+  const BwTree::Stats s = t->GetStats();
+  CHECK(s.splits + s.merges > 0);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+}
+
+TEST_CASE("An iterator survives writes between its Next() calls", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  ScanOptions o;
+  SECTION("forward") { ScanWhileWriting(seed, o); }
+  SECTION("reverse") {
+    o.reverse = true;
+    ScanWhileWriting(seed, o);
+  }
+  SECTION("bounded forward") {
+    o.lower = Key(101);
+    o.upper = Key(500);
+    o.upper_inclusive = true;
+    ScanWhileWriting(seed, o);
+  }
+  SECTION("bounded reverse") {
+    o.lower = Key(100);
+    o.lower_inclusive = false;
+    o.upper = Key(501);
+    o.reverse = true;
+    ScanWhileWriting(seed, o);
+  }
+}
+
+TEST_CASE("An iterator whose remaining keys are deleted ends cleanly", "[dc][bwtree]") {
+  Fixture f(PurgeAll(SmallNodeOptions()));
+  BwTree* t = f.tree.get();
+  Model m;
+  uint64_t lsn = 0;
+  for (uint64_t i = 0; i < 300; ++i) Write(t, &m, WriteKind::kInsert, Key(i), "v", ++lsn);
+  for (bool reverse : {false, true}) {
+    ScanOptions o;
+    o.reverse = reverse;
+    auto it = t->Scan(o);
+    REQUIRE(it.ok());
+    REQUIRE((*it)->Valid());
+    const std::string first = (*it)->key().ToString();
+    CHECK(first == (reverse ? Key(299) : Key(0)));
+    // Delete everything: the iterator's copy of the first leaf may still
+    // hold keys, but past it nothing remains.
+    for (uint64_t i = 0; i < 300; ++i) Write(t, &m, WriteKind::kDelete, Key(i), "", ++lsn);
+    size_t more = 0;
+    std::string last = first;
+    for ((*it)->Next(); (*it)->Valid(); (*it)->Next()) {
+      const std::string key = (*it)->key().ToString();
+      CHECK((reverse ? key < last : key > last));
+      last = key;
+      ++more;
+    }
+    REQUIRE((*it)->status().ok());
+    CHECK(more < 20);
+    for (uint64_t i = 0; i < 300; ++i) Write(t, &m, WriteKind::kInsert, Key(i), "w", ++lsn);
+  }
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+}
+
+TEST_CASE("Splits, root splits and merges happen and keep the tree sound", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  std::vector<uint64_t> order(3000);
+  for (uint64_t i = 0; i < order.size(); ++i) order[i] = i;
+  SECTION("ascending") {}
+  SECTION("descending") { std::reverse(order.begin(), order.end()); }
+  SECTION("random") {
+    for (size_t i = order.size() - 1; i > 0; --i) std::swap(order[i], order[rnd.Uniform(i + 1)]);
+  }
+  Fixture f(PurgeAll(SmallNodeOptions()));
+  BwTree* t = f.tree.get();
+  Model m;
+  uint64_t lsn = 0;
+  uint32_t height = t->GetStats().height;
+  CHECK(height == 1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    Write(t, &m, WriteKind::kInsert, Key(order[i]), "v" + std::to_string(order[i]), ++lsn);
+    const uint32_t h = t->GetStats().height;
+    REQUIRE(h >= height);  // the tree never shrinks while growing
+    height = h;
+    if (i % 500 == 499) RequireCheck(t);
+  }
+  BwTree::Stats s = t->GetStats();
+  INFO("splits " << s.splits << " root splits " << s.root_splits << " height " << s.height);
+  CHECK(s.splits > 300);
+  CHECK(s.root_splits >= 3);
+  CHECK(s.height >= 4);
+  CHECK(s.consolidations > 0);
+  CHECK(s.index_posts > 0);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  // Delete 95% (in the same order): leaves empty out and merge.
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (i % 20 == 0) continue;
+    Write(t, &m, WriteKind::kDelete, Key(order[i]), "", ++lsn);
+    if (i % 500 == 499) RequireCheck(t);
+  }
+  s = t->GetStats();
+  INFO("merges " << s.merges << " pages freed " << s.pages_freed);
+  CHECK(s.merges > 50);
+  CHECK(s.pages_freed > 0);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  // And grow again over the merged leaves.
+  for (uint64_t i = 0; i < 3000; i += 3) {
+    Write(t, &m, WriteKind::kUpsert, Key(i), "again", ++lsn);
+  }
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  f.Reopen();
+  RequireSame(f.tree.get(), m, kAll);
+  RequireCheck(f.tree.get());
+}
+
+TEST_CASE("Nothing above the ESL reaches the LSS", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), seed);
+  std::atomic<uint64_t> esl{0};
+  BwTreeOptions o = SmallNodeOptions();
+  o.flush_bound = [&esl] { return esl.load(); };
+  LlamaOptions lo = TreeLlamaOptions();
+  lo.eviction_flush_bound = [&esl] { return esl.load(); };
+  // Every write, with its LSN, to compute the state at any bound.
+  std::vector<std::pair<uint64_t, std::pair<WriteKind, std::pair<std::string, std::string>>>>
+      history;
+  Model m;
+  uint64_t lsn = 0;
+  auto run = [&](BwTree* t, int writes) {
+    for (int i = 0; i < writes; ++i) {
+      const std::string key = Key(rnd.Uniform(150));
+      const WriteKind kind = rnd.OneIn(5) ? WriteKind::kBlindDelete : WriteKind::kUpsert;
+      const std::string value = "v" + std::to_string(lsn + 1);
+      Write(t, &m, kind, key, value, ++lsn);
+      history.push_back({lsn, {kind, {key, value}}});
+    }
+  };
+  {
+    auto l = OpenLlama(&env, lo);
+    auto t = OpenTree(l.get(), o);
+    // Nothing may be flushed: structure changes happen with every record
+    // above the ESL.
+    run(t.get(), 300);
+    CHECK(t->GetStats().splits > 0);
+    esl = 150;
+    run(t.get(), 300);
+    esl = 500;
+    REQUIRE(t->FlushAll(500).ok());
+    // Above the bound, to be lost: more structure changes, an ESL that
+    // does not move.
+    run(t.get(), 300);
+    REQUIRE(t->FlushAll(500).ok());
+    RequireCheck(t.get());
+    l->TEST_SkipCloseOnDestroy();
+    REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  }
+  Model stable;
+  for (const auto& [at, w] : history) {
+    if (at <= 500) REQUIRE(stable.Apply(w.first, w.second.first, w.second.second, at) == Expect::kOk);
+  }
+  auto l = OpenLlama(&env, lo);
+  auto t = OpenTree(l.get(), o);
+  RequireSame(t.get(), stable);
+  for (const Item& i : ScanItems(t.get())) CHECK(i.lsn <= 500);
+  RequireCheck(t.get());
+  // The recovered tree takes writes again.
+  esl = kAll;
+  m = stable;
+  run(t.get(), 200);
+  RequireSame(t.get(), m);
+  RequireCheck(t.get());
+}
+
+}  // namespace
+}  // namespace deuteron::bwtree

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +23,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/random.h"
 #include "common/slice.h"
 #include "common/status.h"
 #include "dc/bwtree/bwtree.h"
@@ -256,12 +259,11 @@ class Model {
   std::map<std::string, ModelRecord> map_;
 };
 
-// Compares the tree's view of one key with the model, as text (empty when
-// they agree). `purge_below`: tombstones with a smaller LSN may have been
-// purged (GetLsn then says 0). No Catch: any thread.
-inline std::string CompareKey(BwTree* tree, const Model& model, const std::string& key,
-                              uint64_t purge_below) {
-  const ModelRecord* want = model.Find(key);
+// Compares the tree's view of one key with `want` (null: never written), as
+// text (empty when they agree). `purge_below`: tombstones with a smaller LSN
+// may have been purged (GetLsn then says 0). No Catch: any thread.
+inline std::string CompareRecord(BwTree* tree, const std::string& key, const ModelRecord* want,
+                                 uint64_t purge_below) {
   auto got = tree->Get(key);
   auto lsn = tree->GetLsn(key);
   std::string why;
@@ -288,6 +290,11 @@ inline std::string CompareKey(BwTree* tree, const Model& model, const std::strin
   }
   if (why.empty()) return why;
   return "key " + Esc(key) + ":" + why;
+}
+
+inline std::string CompareKey(BwTree* tree, const Model& model, const std::string& key,
+                              uint64_t purge_below) {
+  return CompareRecord(tree, key, model.Find(key), purge_below);
 }
 
 // Every key the model knows (and `extra` ones it may not) read back through
@@ -327,5 +334,206 @@ inline std::string CompareAll(BwTree* tree, const Model& model, uint64_t purge_b
   }
   return out;
 }
+
+// Key i of a model test's key space: Key(i / 3), alone or followed by "\0"
+// or "\xffz" (keys that are prefixes of others, bytes at both ends of the
+// range). Ascending in i.
+inline std::string SpaceKey(uint64_t i) {
+  std::string k = Key(i / 3);
+  if (i % 3 == 1) k.push_back('\0');
+  if (i % 3 == 2) k += "\xff" "z";
+  return k;
+}
+
+// One successful write, for tests that need the state at an older LSN.
+struct LoggedWrite {
+  uint64_t lsn = 0;
+  WriteKind kind = WriteKind::kUpsert;
+  std::string key;
+  std::string value;
+};
+
+struct DriverOptions {
+  std::vector<std::string> keys;  // the keys this driver owns, ascending
+  int phase_steps = 400;          // growing and shrinking phases alternate
+  size_t max_scan_span = 40;      // keys (of the owned list) a scan's bounds span
+  size_t max_value = 24;          // value bytes
+  bool log_writes = false;        // keep every successful write in log()
+};
+
+// A random workload on the keys one thread owns, each step checked exactly
+// against a Model: the outcome of every write, the key read back after it,
+// reads, and scans (their items filtered to the owned keys, so that other
+// threads may own the keys in between). No Catch: runs on any thread; the
+// first disagreement stops it and failure() says what happened, with the
+// driver's last operations.
+class Driver {
+ public:
+  Driver(BwTree* tree, std::atomic<uint64_t>* lsn, std::function<uint64_t()> purge_below,
+         DriverOptions o, uint64_t seed, int id)
+      : tree_(tree),
+        lsn_(lsn),
+        purge_below_(std::move(purge_below)),
+        o_(std::move(o)),
+        seed_(seed),
+        rnd_(seed),
+        id_(id) {}
+
+  // Runs up to `steps` steps; false at the first disagreement.
+  bool Run(int steps) {
+    for (int i = 0; i < steps && failure_.empty(); ++i) {
+      Step();
+      ++step_;
+    }
+    return failure_.empty();
+  }
+
+  const std::string& failure() const { return failure_; }
+  Model& model() { return model_; }
+  const std::vector<LoggedWrite>& log() const { return log_; }
+  std::vector<LoggedWrite>& mutable_log() { return log_; }
+  uint64_t step() const { return step_; }
+  uint64_t writes() const { return writes_; }
+  uint64_t scans() const { return scans_; }
+  // After a reopen.
+  void set_tree(BwTree* tree) { tree_ = tree; }
+  uint64_t PurgeBelow() const { return purge_below_ ? purge_below_() : 0; }
+
+ private:
+  bool Owned(const std::string& key) const {
+    return std::binary_search(o_.keys.begin(), o_.keys.end(), key);
+  }
+
+  void Note(std::string op) {
+    recent_.push_back(std::move(op));
+    if (recent_.size() > 24) recent_.erase(recent_.begin());
+  }
+
+  void Fail(const std::string& what) {
+    if (!failure_.empty()) return;
+    failure_ = "driver " + std::to_string(id_) + " (seed " + std::to_string(seed_) + ") step " +
+               std::to_string(step_) + ": " + what + "\n  last operations, oldest first:\n";
+    for (const std::string& op : recent_) failure_ += "    " + op + "\n";
+  }
+
+  std::string RandomValue() {
+    std::string v(rnd_.Uniform(o_.max_value + 1), '\0');
+    rnd_.Fill(v.data(), v.size());
+    return v;
+  }
+
+  void Step() {
+    // Most keys come from a small hot set, so that keys are rewritten and
+    // deleted often.
+    const size_t n = o_.keys.size();
+    const size_t hot = std::max<size_t>(1, n / 8);
+    const size_t index = rnd_.OneIn(3) ? rnd_.Uniform(hot) * (n / hot) : rnd_.Uniform(n);
+    const std::string& key = o_.keys[index];
+    const bool growing = (step_ / static_cast<uint64_t>(o_.phase_steps)) % 2 == 0;
+    // Weights in percent: insert, update, upsert, delete, blind delete, get,
+    // getlsn; the rest scans.
+    static constexpr int kGrow[] = {30, 10, 20, 8, 2, 14, 4};
+    static constexpr int kShrink[] = {8, 8, 6, 34, 10, 14, 4};
+    const int* w = growing ? kGrow : kShrink;
+    int r = static_cast<int>(rnd_.Uniform(100));
+    int op = 0;
+    while (op < 7 && r >= w[op]) r -= w[op++];
+    switch (op) {
+      case 0:
+        return DoWrite(WriteKind::kInsert, key);
+      case 1:
+        return DoWrite(WriteKind::kUpdate, key);
+      case 2:
+        return DoWrite(WriteKind::kUpsert, key);
+      case 3:
+        return DoWrite(WriteKind::kDelete, key);
+      case 4:
+        return DoWrite(WriteKind::kBlindDelete, key);
+      case 5:
+      case 6:
+        Note("Get " + Esc(key));
+        return Verify(key);
+      default:
+        return DoScan(index);
+    }
+  }
+
+  void Verify(const std::string& key) {
+    const std::string diff = CompareKey(tree_, model_, key, PurgeBelow());
+    if (!diff.empty()) Fail(diff);
+  }
+
+  void DoWrite(WriteKind kind, const std::string& key) {
+    const bool del = kind == WriteKind::kDelete || kind == WriteKind::kBlindDelete;
+    const std::string value = del ? std::string() : RandomValue();
+    const uint64_t lsn = lsn_->fetch_add(1) + 1;
+    const Expect want = model_.Apply(kind, key, value, lsn);
+    Status s = tree_->Write(kind, key, value, lsn);
+    Note(std::string(KindName(kind)) + " " + Esc(key) + " = " + Esc(value) + " @" +
+         std::to_string(lsn) + " -> " + s.ToString());
+    if (!Matches(s, want)) {
+      return Fail(std::string(KindName(kind)) + " " + Esc(key) + " @" + std::to_string(lsn) +
+                  " returned " + s.ToString() + ", want " + ExpectName(want));
+    }
+    if (want == Expect::kOk) {
+      ++writes_;
+      if (o_.log_writes) log_.push_back(LoggedWrite{lsn, kind, key, value});
+    }
+    Verify(key);
+  }
+
+  void DoScan(size_t index) {
+    ScanOptions o;
+    const size_t n = o_.keys.size();
+    if (!rnd_.OneIn(40)) {
+      const size_t span = rnd_.Uniform(o_.max_scan_span + 1);
+      // Bounds that are owned keys, or just beside them.
+      auto bound = [&](size_t i) {
+        std::string k = o_.keys[std::min(i, n - 1)];
+        if (rnd_.OneIn(4)) k.push_back('\x01');
+        return k;
+      };
+      if (!rnd_.OneIn(10)) o.lower = bound(index);
+      if (!rnd_.OneIn(10)) o.upper = bound(index + span);
+    }
+    o.lower_inclusive = !rnd_.OneIn(3);
+    o.upper_inclusive = rnd_.OneIn(3);
+    o.reverse = rnd_.OneIn(2);
+    Note("Scan " + Describe(o));
+    ++scans_;
+    std::vector<Item> got;
+    Status s = TryScan(tree_, o, &got);
+    if (!s.ok()) return Fail("scan " + Describe(o) + " failed: " + s.ToString());
+    // Strictly ordered and in range, whoever owns the keys.
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!InRange(o, got[i].key)) return Fail("scan " + Describe(o) + " returned " + Esc(got[i].key));
+      if (i > 0 && (o.reverse ? got[i].key >= got[i - 1].key : got[i].key <= got[i - 1].key)) {
+        return Fail("scan " + Describe(o) + " returned " + Esc(got[i].key) + " after " +
+                    Esc(got[i - 1].key));
+      }
+    }
+    std::vector<Item> mine;
+    for (Item& i : got) {
+      if (Owned(i.key)) mine.push_back(std::move(i));
+    }
+    const std::string g = Describe(mine), want = Describe(model_.Scan(o));
+    if (g != want) {
+      Fail("scan " + Describe(o) + " returned\n" + g + "  want\n" + want);
+    }
+  }
+
+  BwTree* tree_;
+  std::atomic<uint64_t>* const lsn_;
+  const std::function<uint64_t()> purge_below_;
+  const DriverOptions o_;
+  const uint64_t seed_;
+  Random64 rnd_;
+  const int id_;
+  Model model_;
+  std::vector<LoggedWrite> log_;
+  std::vector<std::string> recent_;
+  std::string failure_;
+  uint64_t step_ = 0, writes_ = 0, scans_ = 0;
+};
 
 }  // namespace deuteron::bwtree::test

@@ -1,0 +1,274 @@
+// The Bw-tree model test (test::Driver) over a cache too small for the tree,
+// and across crashes.
+//  - Eviction: a memory budget far below the tree's size, so that most pages
+//    live only in the LSS and are brought back by reads; every step is still
+//    checked exactly, and LLAMA's counters show that pages left and came back.
+//  - Crash and recover: the workload writes at increasing LSNs; now and then
+//    the ESL moves to a bound a little below the newest LSN and the tree is
+//    flushed under it (FlushAll, which also makes the LSS stable). The tree's
+//    flush_bound (and the evictor's) is that ESL, so nothing above it may
+//    reach the LSS. The process then dies (FaultInjectionEnv drops or tears
+//    everything unsynced), LLAMA and the tree are reopened, and the
+//    recovered tree must be exactly the writes with LSN <= the last bound
+//    flushed: no more, no less, Check() passing. The workload then goes on
+//    from the recovered state, for several cycles.
+// Threads (where there are several) own disjoint keys and stop at sync points
+// for flushes, checks and crashes.
+#include "dc/bwtree/bwtree.h"
+
+#include <algorithm>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "common/fault_env.h"
+#include "common/random.h"
+#include "tests/dc/bwtree/bwtree_test_util.h"
+
+namespace deuteron::bwtree {
+namespace {
+
+using llama::Llama;
+using llama::LlamaOptions;
+using test::CompareAll;
+using test::Driver;
+using test::DriverOptions;
+using test::Expect;
+using test::LoggedWrite;
+using test::Model;
+using test::OpenLlama;
+using test::OpenTree;
+using test::RequireCheck;
+using test::SpaceKey;
+using test::TreeLlamaOptions;
+
+struct Config {
+  int threads = 1;
+  uint64_t key_space = 900;
+  size_t memory_budget = 0;  // 0: none
+  size_t max_value = 24;
+  int cycles = 0;            // crashes; 0: no crash, only sync points
+  int chunks = 6;            // sync points per cycle
+  int chunk_steps = 150;     // steps per driver between sync points
+  uint64_t max_lag = 40;     // the ESL trails the newest LSN by up to this
+};
+
+BwTreeOptions NodeOptions() {
+  BwTreeOptions o;
+  o.leaf_max_records = 8;
+  o.inner_max_entries = 6;
+  o.leaf_delta_threshold = 4;
+  o.inner_delta_threshold = 2;
+  o.leaf_merge_records = 2;
+  return o;
+}
+
+// The model of a set of drivers at a sync point: their models merged (they
+// own disjoint keys).
+Model MergedModel(const std::vector<std::unique_ptr<Driver>>& drivers) {
+  Model all;
+  for (const auto& d : drivers) {
+    for (const auto& [key, r] : d->model().records()) all.mutable_records()[key] = r;
+  }
+  return all;
+}
+
+void RunDrivers(const std::vector<std::unique_ptr<Driver>>& drivers, int steps) {
+  if (drivers.size() == 1) {
+    drivers[0]->Run(steps);
+  } else {
+    std::vector<std::thread> threads;
+    for (const auto& d : drivers) threads.emplace_back([&d, steps] { d->Run(steps); });
+    for (auto& t : threads) t.join();
+  }
+  std::string failures;
+  for (const auto& d : drivers) failures += d->failure();
+  INFO(failures);
+  REQUIRE(failures.empty());
+}
+
+struct Totals {
+  uint64_t swap_outs = 0, partial_swaps = 0, page_loads = 0, splits = 0, merges = 0;
+  uint64_t crashes = 0, flushes = 0, lost_writes = 0;
+
+  void Add(Llama* l, BwTree* t) {
+    const Llama::Stats ls = l->GetStats();
+    swap_outs += ls.swap_outs;
+    partial_swaps += ls.partial_swaps;
+    page_loads += ls.page_loads;
+    const BwTree::Stats ts = t->GetStats();
+    splits += ts.splits;
+    merges += ts.merges;
+  }
+};
+
+Totals Run(uint64_t seed, const Config& c) {
+  INFO("seed " << seed << ", " << c.threads << " threads, budget " << c.memory_budget << ", "
+               << c.cycles << " crashes");
+  Random64 rnd(seed);
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), seed);
+  std::atomic<uint64_t> lsn{0};
+  std::atomic<uint64_t> esl{c.cycles > 0 ? 0 : test::kAll};
+  auto esl_fn = [&esl] { return esl.load(); };
+  BwTreeOptions o = NodeOptions();
+  o.flush_bound = esl_fn;
+  // Tombstones below the ESL may go (the RSSP never passes ESL + 1).
+  o.purge_bound = esl_fn;
+  LlamaOptions lo = TreeLlamaOptions();
+  lo.memory_budget = c.memory_budget;
+  lo.eviction_flush_bound = esl_fn;
+
+  std::vector<std::unique_ptr<Driver>> drivers;
+  std::vector<std::string> all_keys;
+  for (int t = 0; t < c.threads; ++t) {
+    DriverOptions d;
+    for (uint64_t i = static_cast<uint64_t>(t); i < c.key_space;
+         i += static_cast<uint64_t>(c.threads)) {
+      d.keys.push_back(SpaceKey(i));
+    }
+    all_keys.insert(all_keys.end(), d.keys.begin(), d.keys.end());
+    d.max_value = c.max_value;
+    d.phase_steps = c.chunk_steps * 3;
+    d.log_writes = c.cycles > 0;
+    drivers.push_back(std::make_unique<Driver>(nullptr, &lsn, esl_fn, d,
+                                               seed + 1000003 * static_cast<uint64_t>(t), t));
+  }
+  std::sort(all_keys.begin(), all_keys.end());
+
+  Totals totals;
+  uint64_t stable_bound = 0;  // the last bound flushed
+  for (int cycle = 0; cycle <= c.cycles; ++cycle) {
+    INFO("cycle " << cycle << ", stable up to LSN " << stable_bound);
+    auto l = OpenLlama(&env, lo);
+    auto tree = OpenTree(l.get(), o);
+    for (auto& d : drivers) d->set_tree(tree.get());
+    if (cycle > 0) {
+      // The recovered tree is the stable snapshot, exactly.
+      const std::string diff = CompareAll(tree.get(), MergedModel(drivers), esl.load(), all_keys);
+      INFO("after recovery:\n" << diff);
+      REQUIRE(diff.empty());
+      RequireCheck(tree.get());
+    }
+    for (int chunk = 0; chunk < c.chunks; ++chunk) {
+      INFO("chunk " << chunk);
+      RunDrivers(drivers, c.chunk_steps);
+      if (c.cycles > 0 && rnd.Uniform(3) != 0) {
+        const uint64_t newest = lsn.load();
+        const uint64_t bound = std::max(esl.load(), newest - std::min(newest, rnd.Uniform(c.max_lag + 1)));
+        esl = bound;
+        Status s = tree->FlushAll(bound);
+        INFO("FlushAll(" << bound << "): " << s.ToString());
+        REQUIRE(s.ok());
+        stable_bound = bound;
+        ++totals.flushes;
+      }
+      if (chunk % 2 == 1 || chunk + 1 == c.chunks) {
+        const std::string diff = CompareAll(tree.get(), MergedModel(drivers), esl.load());
+        INFO(diff);
+        REQUIRE(diff.empty());
+        RequireCheck(tree.get());
+      }
+    }
+    totals.Add(l.get(), tree.get());
+    if (cycle == c.cycles) break;
+    // The process dies: nothing after this reaches the files.
+    l->TEST_SkipCloseOnDestroy();
+    REQUIRE(env.SimulateCrash(cycle % 2 == 0 ? CrashMode::kDropUnsynced
+                                             : CrashMode::kTearUnsynced)
+                .ok());
+    tree.reset();
+    l.reset();
+    ++totals.crashes;
+    // What must come back: each driver's writes up to the bound.
+    for (auto& d : drivers) {
+      std::vector<LoggedWrite>& log = d->mutable_log();
+      Model stable;
+      size_t kept = 0;
+      for (const LoggedWrite& w : log) {
+        if (w.lsn > stable_bound) continue;
+        REQUIRE(stable.Apply(w.kind, w.key, w.value, w.lsn) == Expect::kOk);
+        log[kept++] = w;
+      }
+      totals.lost_writes += log.size() - kept;
+      log.resize(kept);
+      d->model() = std::move(stable);
+    }
+  }
+  return totals;
+}
+
+TEST_CASE("Model test with a cache far smaller than the tree", "[dc][bwtree][evict]") {
+  const uint64_t seed = TestSeed();
+  Config c;
+  c.key_space = 3000;
+  c.memory_budget = 256 << 10;
+  c.max_value = 200;
+  c.chunks = 4;
+  SECTION("one thread") { c.chunk_steps = 1000; }
+  SECTION("two threads") {
+    c.threads = 2;
+    c.chunk_steps = 500;
+  }
+  const Totals t = Run(seed, c);
+  INFO("swap-outs " << t.swap_outs << ", partial swaps " << t.partial_swaps << ", page loads "
+                    << t.page_loads << ", splits " << t.splits << ", merges " << t.merges);
+  CHECK(t.swap_outs > 0);
+  CHECK(t.page_loads > 0);
+  CHECK(t.splits > 0);
+}
+
+TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL",
+          "[dc][bwtree][crash]") {
+  const uint64_t seed = TestSeed();
+  Config c;
+  c.cycles = 4;
+  SECTION("one thread") {}
+  SECTION("one thread, evicting") {
+    c.key_space = 1500;
+    c.memory_budget = 128 << 10;
+    c.max_value = 120;
+  }
+  SECTION("two threads") { c.threads = 2; }
+  const Totals t = Run(seed, c);
+  INFO("crashes " << t.crashes << ", flushes " << t.flushes << ", writes lost "
+                  << t.lost_writes << ", splits " << t.splits << ", merges " << t.merges
+                  << ", swap-outs " << t.swap_outs << ", page loads " << t.page_loads);
+  CHECK(t.crashes == 4);
+  CHECK(t.flushes > 0);
+  CHECK(t.lost_writes > 0);  // the crashes did drop writes above the ESL
+  CHECK(t.splits > 0);
+  if (c.memory_budget != 0) CHECK(t.page_loads > 0);
+}
+
+TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL, long",
+          "[dc][bwtree][crash][.]") {
+  const uint64_t seed = TestSeed();
+  Config c;
+  c.cycles = 30;
+  c.key_space = 6000;
+  c.chunks = 10;
+  c.chunk_steps = 1000;
+  c.max_lag = 400;
+  SECTION("one thread, evicting") {
+    c.memory_budget = 256 << 10;
+    c.max_value = 200;
+  }
+  SECTION("three threads, evicting") {
+    c.threads = 3;
+    c.memory_budget = 512 << 10;
+    c.max_value = 100;
+  }
+  const Totals t = Run(seed, c);
+  CHECK(t.lost_writes > 0);
+}
+
+}  // namespace
+}  // namespace deuteron::bwtree

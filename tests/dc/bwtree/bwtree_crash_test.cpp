@@ -304,7 +304,7 @@ TEST_CASE("Crashes recover the flushed ESL with two threads writing", "[dc][bwtr
   CrashCycles(c);
 }
 
-TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL, long",
+TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL (long)",
           "[dc][bwtree][crash][.]") {
   const uint64_t seed = TestSeed();
   Config c;

@@ -131,7 +131,7 @@ TEST_CASE("One thread's random operations match a std::map model", "[dc][bwtree]
   }
 }
 
-TEST_CASE("One thread's random operations match a std::map model, long", "[dc][bwtree][model][.]") {
+TEST_CASE("One thread's random operations match a std::map model (long)", "[dc][bwtree][model][.]") {
   const uint64_t seed = TestSeed();
   RunSingle(seed, SmallNodeOptions(), true, 3000, 100000, 5000, true);
   RunSingle(seed + 1, SmallNodeOptions(), false, 3000, 100000, 5000, false);
@@ -168,14 +168,21 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
     for (auto& w : workers) w.join();
     std::string failures;
     for (auto& d : drivers) failures += d->failure();
-    INFO(failures);
-    REQUIRE(failures.empty());
     // The sync point: all models together are the whole tree.
     Model all;
     for (auto& d : drivers) {
       for (const auto& [key, r] : d->model().records()) all.mutable_records()[key] = r;
     }
     const uint64_t purge_below = drivers[0]->PurgeBelow();
+    if (!failures.empty()) {
+      // How the tree looks once quiet (a thread stopped at its failure, so
+      // its model may lack its last write).
+      Status check = tree->Check();
+      failures += "after joining: Check: " + check.ToString() + "; differences:\n" +
+                  CompareAll(tree.get(), all, purge_below);
+    }
+    INFO(failures);
+    REQUIRE(failures.empty());
     const std::string diff = CompareAll(tree.get(), all, purge_below);
     INFO(diff);
     REQUIRE(diff.empty());
@@ -186,12 +193,12 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
 
 TEST_CASE("Threads on disjoint key ranges each match their model", "[dc][bwtree][model]") {
   const uint64_t seed = TestSeed();
-  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 1200, 3, 500); }
+  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 1200, 3, 400); }
   SECTION("3 threads, interleaved keys") { RunDisjoint(seed, 3, true, 1200, 3, 300); }
   SECTION("4 threads, interleaved keys") { RunDisjoint(seed, 4, true, 600, 2, 300); }
 }
 
-TEST_CASE("Threads on disjoint key ranges each match their model, long",
+TEST_CASE("Threads on disjoint key ranges each match their model (long)",
           "[dc][bwtree][model][.]") {
   const uint64_t seed = TestSeed();
   RunDisjoint(seed, 4, false, 8000, 10, 20000);
@@ -230,10 +237,15 @@ Expect ExpectFor(WriteKind kind, const std::optional<ModelRecord>& state) {
 
 struct Shared {
   explicit Shared(std::vector<std::string> k)
-      : keys(std::move(k)), mu(keys.size()), state(keys.size()), done(keys.size()) {}
+      : keys(std::move(k)),
+        mu(keys.size()),
+        state(keys.size()),
+        history(keys.size()),
+        done(keys.size()) {}
   const std::vector<std::string> keys;
   std::vector<std::mutex> mu;
   std::vector<std::optional<ModelRecord>> state;  // GUARDED_BY(mu[i])
+  std::vector<std::string> history;                // GUARDED_BY(mu[i]): the key's writes
   // LSN of the newest write of key i that has returned (0: none). Stored
   // under mu[i] after the tree call, read without it by lock-free readers.
   std::vector<std::atomic<uint64_t>> done;
@@ -295,6 +307,8 @@ class OverlapWorker {
     Status s = tree_->Write(kind, key, value, lsn);
     Note(std::string(test::KindName(kind)) + " " + Esc(key) + " @" + std::to_string(lsn) +
          " -> " + s.ToString());
+    shared_->history[i] += " " + std::string(test::KindName(kind)) + "@" + std::to_string(lsn) +
+                           "(t" + std::to_string(id_) + ")->" + std::string(CodeName(s.code()));
     if (!test::Matches(s, want)) {
       return Fail(std::string(test::KindName(kind)) + " " + Esc(key) + " @" +
                   std::to_string(lsn) + " returned " + s.ToString() + ", want " +
@@ -305,7 +319,9 @@ class OverlapWorker {
       shared_->done[i].store(lsn);
     }
     const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge());
-    if (!diff.empty()) Fail("read back under the key's lock: " + diff);
+    if (!diff.empty()) {
+      Fail("read back under the key's lock: " + diff + "; the key's writes:" + shared_->history[i]);
+    }
   }
 
   void LockedRead(size_t i) {
@@ -314,7 +330,7 @@ class OverlapWorker {
     Note("locked Get " + Esc(key));
     const std::optional<ModelRecord>& state = shared_->state[i];
     const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge());
-    if (!diff.empty()) Fail("under the key's lock: " + diff);
+    if (!diff.empty()) Fail("under the key's lock: " + diff + "; the key's writes:" + shared_->history[i]);
   }
 
   void LockFreeRead(size_t i) {
@@ -402,13 +418,19 @@ void RunOverlapping(uint64_t seed, int threads, uint64_t key_space, int rounds, 
     for (auto& t : running) t.join();
     std::string failures;
     for (auto& w : workers) failures += w->failure();
-    INFO(failures);
-    REQUIRE(failures.empty());
     // The sync point: each key's state is the one its last write left.
     Model all;
     for (size_t i = 0; i < shared.keys.size(); ++i) {
       if (shared.state[i]) all.mutable_records()[shared.keys[i]] = *shared.state[i];
     }
+    if (!failures.empty()) {
+      // How the tree looks once quiet: does the failure persist?
+      Status check = tree->Check();
+      failures += "after joining: Check: " + check.ToString() + "; differences:\n" +
+                  CompareAll(tree.get(), all, shared.purge(), shared.keys);
+    }
+    INFO(failures);
+    REQUIRE(failures.empty());
     const std::string diff = CompareAll(tree.get(), all, shared.purge(), shared.keys);
     INFO(diff);
     REQUIRE(diff.empty());
@@ -423,7 +445,7 @@ TEST_CASE("Threads writing the same keys leave the last write of each", "[dc][bw
   SECTION("3 threads") { RunOverlapping(seed, 3, 600, 3, 600); }
 }
 
-TEST_CASE("Threads writing the same keys leave the last write of each, long",
+TEST_CASE("Threads writing the same keys leave the last write of each (long)",
           "[dc][bwtree][model][.]") {
   const uint64_t seed = TestSeed();
   RunOverlapping(seed, 4, 3000, 10, 20000);

@@ -198,7 +198,7 @@ TEST_CASE("Write kinds follow their existence rules", "[dc][bwtree]") {
   RequireCheck(t);
 }
 
-TEST_CASE("Keys and values are bytes, ordered bytewise", "[dc][bwtree]") {
+TEST_CASE("Keys and values are bytes ordered bytewise", "[dc][bwtree]") {
   Fixture f(SmallNodeOptions());
   BwTree* t = f.tree.get();
   Model m;
@@ -617,7 +617,7 @@ TEST_CASE("An iterator whose remaining keys are deleted ends cleanly", "[dc][bwt
   RequireCheck(t);
 }
 
-TEST_CASE("Splits, root splits and merges happen and keep the tree sound", "[dc][bwtree]") {
+TEST_CASE("Splits and merges happen and keep the tree sound", "[dc][bwtree]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   Random64 rnd(seed);

@@ -280,7 +280,8 @@ inline std::string CompareRecord(BwTree* tree, const std::string& key, const Mod
     if (*lsn != 0) why = "GetLsn " + std::to_string(*lsn) + ", want 0";
   } else if (*lsn != want->lsn &&
              !(want->deleted && want->lsn < purge_below && *lsn == 0)) {
-    why = "GetLsn " + std::to_string(*lsn) + ", want " + std::to_string(want->lsn);
+    why = "GetLsn " + std::to_string(*lsn) + ", want " + std::to_string(want->lsn) +
+          (want->deleted ? " (a tombstone; purge bound " + std::to_string(purge_below) + ")" : "");
   }
   if (want == nullptr || want->deleted) {
     if (got.ok()) {

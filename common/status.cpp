@@ -27,6 +27,7 @@ std::string_view CodeName(Code code) {
     case Code::kTransactionFinished: return "TransactionFinished";
     case Code::kShuttingDown: return "ShuttingDown";
     case Code::kInternal: return "Internal";
+    case Code::kAlreadyExists: return "AlreadyExists";
     case Code::kMaxCode: break;
   }
   return "UnknownCode";

@@ -45,7 +45,8 @@ enum class Code : uint8_t {
   kTransactionFinished = 15,  // call on a committed or aborted transaction
   kShuttingDown = 16,
   kInternal = 17,         // an invariant failed; a bug, reported not crashed
-  kMaxCode = 18,
+  kAlreadyExists = 18,    // an insert found the key present
+  kMaxCode = 19,
 };
 
 // Stable name of a code ("NotFound"), for messages and stats.
@@ -80,6 +81,7 @@ class [[nodiscard]] Status {
   static Status TransactionFinished(std::string_view msg) { return {Code::kTransactionFinished, msg}; }
   static Status ShuttingDown(std::string_view msg) { return {Code::kShuttingDown, msg}; }
   static Status Internal(std::string_view msg) { return {Code::kInternal, msg}; }
+  static Status AlreadyExists(std::string_view msg) { return {Code::kAlreadyExists, msg}; }
 
   // An I/O failure from errno `err` while doing `context` (a path, an
   // operation). ENOSPC and EDQUOT become kNoSpace, everything else kIOError.
@@ -94,6 +96,7 @@ class [[nodiscard]] Status {
   bool IsBusy() const { return code() == Code::kBusy; }
   bool IsInvalidArgument() const { return code() == Code::kInvalidArgument; }
   bool IsUnavailable() const { return code() == Code::kUnavailable; }
+  bool IsAlreadyExists() const { return code() == Code::kAlreadyExists; }
 
   // The message alone (empty for OK).
   std::string_view message() const;

@@ -26,6 +26,7 @@ enum ErrorCode {
   TRANSACTION_FINISHED = 15,
   SHUTTING_DOWN = 16,
   INTERNAL = 17,
+  ALREADY_EXISTS = 18,
 }
 
 // Every service call that can fail throws this; `code` says why.

@@ -101,6 +101,8 @@ class BwTree;
 // once, in order. Deleted keys and empty leaves are crossed in a loop.
 class Iterator {
  public:
+  // The scan's status is the caller's to read (status()), not to consume.
+  ~Iterator() { status_.PermitUncheckedError(); }
   bool Valid() const { return pos_ < items_.size(); }
   Slice key() const { return items_[pos_].key; }
   Slice value() const { return items_[pos_].value; }
@@ -204,29 +206,41 @@ class BwTree {
   friend class Iterator;
   struct Path;
   struct Leaf;
+  struct Located;
+  enum class LeftOutcome;
   BwTree(llama::Llama* llama, BwTreeOptions options);
   Status Bootstrap();
 
   uint64_t FlushBound() const;
   uint64_t PurgeBound() const;
+  PageReader Reader();
 
-  // Descends to the leaf for `key` (or, with `before`, the leaf holding the
-  // largest key below it), completing unfinished SMOs met on the way.
+  // Descends to the first node at `target_level` on the way to `key` (with
+  // `before`: to the largest key below it), completing unfinished SMOs met
+  // on the way. The caller follows right moves at that level.
   Status Descend(Slice key, bool before, uint32_t target_level, Path* path);
-  // Snapshot of the leaf holding the next keys at/after `key` (before it
-  // with `before`), for iterators.
+  // The leaf holding `key`, after right moves and merged-sibling reads.
+  Status Locate(Slice key, Located* out);
+  // Snapshot of the leaf holding `key` (or the largest key below it).
   Status ReadLeaf(Slice key, bool before, Leaf* leaf);
 
-  // Structure changes; each returns OK when it gave up because the page
-  // changed (counted as a failure), an error only for real errors.
-  Status MaybeRestructure(PageId pid, uint32_t level, Path* path);
+  // Structure changes. Each returns OK when it gave up because the page
+  // changed under it (counted as a failure); errors are real errors.
+  Status MaybeRestructure(PageId pid, uint32_t level, bool* changed);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
   Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
   Status SplitNode(PageId pid, uint32_t level);
-  Status PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right);
-  Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right);
+  // Posts [separator, ...) -> right in the parent level for the range that
+  // routes `separator` to `left`; with `span`, also every following range
+  // still routed to `left`, up to `until` (none: no end).
+  Status PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
+                        bool span = false, const std::optional<std::string>& until = {});
+  Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
+                  bool* retry);
   Status StartMerge(PageId pid);
   Status CompleteMerge(PageId removed);
+  Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
+                                        const llama::PageNode** left_head, bool* merged_in);
   Status FreePage(PageId pid);
 
   void NoteChain(size_t length);

@@ -256,9 +256,7 @@ Status BaseView::Validate() const {
 
 // ---- Deltas ----------------------------------------------------------------------
 
-namespace {
-
-size_t DeltaSize(const DeltaView& d) {
+size_t EncodedDeltaSize(const DeltaView& d) {
   switch (d.type) {
     case DeltaType::kInsert:
     case DeltaType::kUpdate:
@@ -278,11 +276,14 @@ size_t DeltaSize(const DeltaView& d) {
   return 0;
 }
 
-}  // namespace
-
 std::string EncodeDelta(const DeltaView& d) {
-  std::string s(DeltaSize(d), '\0');
-  char* p = s.data();
+  std::string s(EncodedDeltaSize(d), '\0');
+  EncodeDelta(d, s.data());
+  return s;
+}
+
+void EncodeDelta(const DeltaView& d, char* dst) {
+  char* p = dst;
   *p++ = static_cast<char>(d.type);
   switch (d.type) {
     case DeltaType::kInsert:
@@ -309,8 +310,8 @@ std::string EncodeDelta(const DeltaView& d) {
     case DeltaType::kRemoveNode:
       break;
   }
-  assert(p == s.data() + s.size());
-  return s;
+  assert(p == dst + EncodedDeltaSize(d));
+  (void)p;
 }
 
 std::string EncodeRecordDelta(DeltaType type, Slice key, Slice value, uint64_t lsn,

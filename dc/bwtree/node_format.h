@@ -183,5 +183,9 @@ std::string EncodeIndexTermDeleteDelta(Slice separator, PageId child, bool next_
                                        Slice next);
 // Re-encodes a decoded delta (with whatever hint it now carries).
 std::string EncodeDelta(const DeltaView& d);
+// The same into dst, which has room for exactly EncodedDeltaSize(d) bytes
+// (the hot path: straight into a LLAMA node, no temporary string).
+size_t EncodedDeltaSize(const DeltaView& d);
+void EncodeDelta(const DeltaView& d, char* dst);
 
 }  // namespace deuteron::bwtree

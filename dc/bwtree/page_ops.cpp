@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 namespace deuteron::bwtree {
 
@@ -19,15 +20,30 @@ Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
 // removed node is left. True when `d` decided the search (written to `out`,
 // a LookupResult or ChildLookup).
 template <typename R>
-bool StructureRedirect(const DeltaView& d, Slice key, R* out) {
+bool StructureRedirect(const DeltaView& d, Slice key, R* out, bool before = false) {
   if (d.type == DeltaType::kRemoveNode) {
     out->outcome = LookupOutcome::kRemoved;
     return true;
   }
-  if (key < d.key) return false;
+  if (before ? key <= d.key : key < d.key) return false;
   out->outcome = LookupOutcome::kRedirect;
   out->redirect_kind = d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
   out->redirect = d.pid;
+  out->redirect_key = d.key;
+  return true;
+}
+
+// The base's B-link redirect: the key is at or above the high key (above it,
+// `before`).
+template <typename R>
+bool SiblingRedirect(const BaseView& base, Slice key, R* out, bool before = false) {
+  const BaseHeader& h = base.header();
+  if (h.high_infinite || h.right_sibling == 0) return false;
+  if (before ? key <= h.high_key : key < h.high_key) return false;
+  out->outcome = LookupOutcome::kRedirect;
+  out->redirect_kind = RedirectKind::kSibling;
+  out->redirect = h.right_sibling;
+  out->redirect_key = h.high_key;
   return true;
 }
 
@@ -54,15 +70,20 @@ Status CheckRecord(const Limits& limits, Slice key, Slice value) {
   return Status::OK();
 }
 
-Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limits) {
+Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limits,
+                            bool through_remove) {
   RETURN_IF_ERROR(CheckKey(limits, key));
   LookupResult result;
+  bool first_data = true;
   // The search-shortcut range [lo, hi] for the key's lower bound in the base.
   size_t lo = 0;
   size_t hi = std::numeric_limits<size_t>::max();
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kDelta) {
       ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      const bool top = first_data;
+      first_data = false;
+      if (top && through_remove && d.type == DeltaType::kRemoveNode) continue;
       switch (d.type) {
         case DeltaType::kInsert:
         case DeltaType::kUpdate:
@@ -95,12 +116,7 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
     } else if (n->kind == NodeKind::kBase) {
       ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
       if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: Lookup on an inner node");
-      if (base.AboveHigh(key) && base.header().right_sibling != 0) {
-        result.outcome = LookupOutcome::kRedirect;
-        result.redirect_kind = RedirectKind::kSibling;
-        result.redirect = base.header().right_sibling;
-        return result;
-      }
+      if (SiblingRedirect(base, key, &result)) return result;
       if (lo > hi) lo = hi;  // inconsistent hints; Find falls back to a full search
       ASSIGN_OR_RETURN(BasePosition pos, base.Find(key, lo, hi));
       result.hint = ToHint(pos.index);
@@ -117,24 +133,47 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
   return result;  // no base: an empty page
 }
 
-Result<ChildLookup> FindChild(const PageNode* head, Slice key) {
+Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before) {
   ChildLookup result;
+  // Whether the range [low, next) (infinite next: no end) routes the key.
+  auto holds = [&](Slice low, bool next_infinite, Slice next) {
+    if (before) return low < key && (next_infinite || key <= next);
+    return low <= key && (next_infinite || key < next);
+  };
+  // The smallest separator above the key among the newer index deltas
+  // passed: it ends the range of whatever older entry routes the key.
+  bool have_cap = false;
+  Slice cap;
+  auto clip = [&](ChildLookup* r) {
+    if (have_cap && (r->next_infinite || cap < r->next)) {
+      r->next_infinite = false;
+      r->next = cap;
+    }
+  };
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kDelta) {
       ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
       switch (d.type) {
         case DeltaType::kIndexEntry:
         case DeltaType::kIndexTermDelete:
-          if (key >= d.key && (d.next_infinite || key < d.next)) {
+          if (holds(d.key, d.next_infinite, d.next)) {
             result.outcome = LookupOutcome::kFound;
             result.child = d.pid;
+            result.low = d.key;
+            result.next = d.next;
+            result.next_infinite = d.next_infinite;
+            clip(&result);
             return result;
+          }
+          if ((before ? key <= d.key : key < d.key) && (!have_cap || d.key < cap)) {
+            have_cap = true;
+            cap = d.key;
           }
           break;
         case DeltaType::kSplit:
         case DeltaType::kMerge:
         case DeltaType::kRemoveNode:
-          if (StructureRedirect(d, key, &result)) return result;
+          if (StructureRedirect(d, key, &result, before)) return result;
           break;
         default:
           return Status::Corruption("bw-tree: record delta in an inner chain");
@@ -142,17 +181,24 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key) {
     } else if (n->kind == NodeKind::kBase) {
       ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
       if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
-      if (base.AboveHigh(key) && base.header().right_sibling != 0) {
-        result.outcome = LookupOutcome::kRedirect;
-        result.redirect_kind = RedirectKind::kSibling;
-        result.redirect = base.header().right_sibling;
-        return result;
-      }
+      if (SiblingRedirect(base, key, &result, before)) return result;
       ASSIGN_OR_RETURN(BasePosition pos, base.Find(key));
-      if (!pos.exact && pos.index == 0) return result;  // below every separator
-      ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(pos.exact ? pos.index : pos.index - 1));
+      // The entry with the largest separator <= key (< key, before).
+      const bool take_exact = pos.exact && !before;
+      if (!take_exact && pos.index == 0) return result;  // below every separator
+      const size_t i = take_exact ? pos.index : pos.index - 1;
+      ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(i));
       result.outcome = LookupOutcome::kFound;
       result.child = e.child;
+      result.low = e.separator;
+      if (i + 1 < base.count()) {
+        ASSIGN_OR_RETURN(result.next, base.KeyAt(i + 1));
+        result.next_infinite = false;
+      } else {
+        result.next_infinite = base.header().high_infinite;
+        result.next = base.header().high_key;
+      }
+      clip(&result);
       return result;
     }
   }
@@ -178,20 +224,167 @@ Result<std::string> MakeRecordDelta(const PageNode* head, DeltaType type, Slice 
 
 namespace {
 
-struct RecordDelta {
-  DeltaView d;
-  uint64_t tag = 0;
-  size_t order = 0;  // chain position, 0 = newest
+// One pass of GatherLeaf over a chain (the page's own, or a merged
+// sibling's below its remove-node delta). `cut` hides older keys >= *cut.
+struct Gatherer {
+  const PageReader& read;
+  LeafImage* out;
+  bool range_set = false;  // a newer split/merge already fixed the high key
+
+  static bool Below(const std::optional<Slice>& cut, Slice key) { return !cut || key < *cut; }
+  static void Lower(std::optional<Slice>* cut, Slice s) {
+    if (!*cut || s < **cut) *cut = s;
+  }
+
+  Status Chain(const PageNode* head, bool own, std::optional<Slice> cut) {
+    bool first_data = true;
+    for (const PageNode* n = head; n != nullptr; n = n->next) {
+      if (n->kind == NodeKind::kDelta) {
+        ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+        const bool top = first_data;
+        first_data = false;
+        if (own) ++out->chain_length;
+        if (IsRecordDelta(d.type)) {
+          if (Below(cut, d.key)) {
+            out->deltas.push_back(LeafImage::Delta{d, n->tag});
+          } else {
+            ++out->dropped;
+          }
+          continue;
+        }
+        switch (d.type) {
+          case DeltaType::kRemoveNode:
+            if (!top) return Status::Corruption("bw-tree: remove-node delta below the top");
+            if (own) out->removed = true;
+            break;
+          case DeltaType::kSplit:
+            if (!range_set) {
+              range_set = true;
+              out->header.high_infinite = false;
+              out->header.high_key = d.key;
+              out->header.right_sibling = d.pid;
+            }
+            Lower(&cut, d.key);
+            break;
+          case DeltaType::kMerge: {
+            if (!read) return Status::NotSupported("bw-tree: gathering a merge without a reader");
+            ASSIGN_OR_RETURN(const PageNode* sibling, read(d.pid));
+            if (sibling == nullptr) return Status::Corruption("bw-tree: merged sibling has no state");
+            out->merged.push_back(d.pid);
+            RETURN_IF_ERROR(Chain(sibling, /*own=*/false, cut));
+            Lower(&cut, d.key);
+            break;
+          }
+          default:
+            return Status::Corruption("bw-tree: index delta in a leaf chain");
+        }
+      } else if (n->kind == NodeKind::kBase) {
+        ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+        if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: gathering an inner node");
+        if (own) out->header.low_key = base.header().low_key;
+        if (!range_set) {
+          range_set = true;
+          out->header.high_infinite = base.header().high_infinite;
+          out->header.high_key = base.header().high_key;
+          out->header.right_sibling = base.header().right_sibling;
+        }
+        out->base_tag = std::max(out->base_tag, n->tag);
+        for (size_t i = 0; i < base.count(); ++i) {
+          ASSIGN_OR_RETURN(LeafRecord r, base.RecordAt(i));
+          if (!Below(cut, r.key)) {
+            out->dropped += base.count() - i;
+            break;
+          }
+          out->base.push_back(r);
+        }
+        return Status::OK();
+      }
+      // Flush, relocation and partial-swap nodes carry no keys.
+    }
+    if (own && !range_set) {  // no base: an empty leaf covering everything
+      out->header = BaseHeader();
+    }
+    return Status::OK();
+  }
 };
+
+// Record deltas sorted by key, newest first within a key.
+std::vector<const LeafImage::Delta*> SortedDeltas(const LeafImage& image,
+                                                  std::vector<size_t>* order) {
+  std::vector<const LeafImage::Delta*> sorted;
+  sorted.reserve(image.deltas.size());
+  for (const LeafImage::Delta& d : image.deltas) sorted.push_back(&d);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const LeafImage::Delta* a, const LeafImage::Delta* b) {
+                     return a->d.key < b->d.key;
+                   });
+  if (order != nullptr) {
+    order->clear();
+    for (const LeafImage::Delta* d : sorted) order->push_back(static_cast<size_t>(d - image.deltas.data()));
+  }
+  return sorted;
+}
+
+LeafRecord RecordOf(const DeltaView& d) {
+  LeafRecord r;
+  r.key = d.key;
+  r.lsn = d.lsn;
+  r.tombstone = d.type == DeltaType::kDelete;
+  if (!r.tombstone) r.value = d.value;
+  return r;
+}
+
+// Merges the base records with one record per key (sorted, newer ones win),
+// calling emit(record) in key order.
+template <typename Emit>
+void MergeRuns(const std::vector<LeafRecord>& base, const std::vector<LeafRecord>& newer,
+               Emit emit) {
+  size_t bi = 0, ni = 0;
+  while (bi < base.size() || ni < newer.size()) {
+    if (ni < newer.size() && (bi == base.size() || !(base[bi].key < newer[ni].key))) {
+      if (bi < base.size() && base[bi].key == newer[ni].key) ++bi;  // replaced
+      emit(newer[ni++]);
+    } else {
+      emit(base[bi++]);
+    }
+  }
+}
 
 }  // namespace
 
-Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
-                                     uint64_t purge_bound) {
-  std::vector<RecordDelta> deltas;
-  bool has_split = false;
-  Slice split_key;
-  PageId split_sibling = 0;
+Status GatherLeaf(const PageNode* head, const PageReader& read, LeafImage* out) {
+  *out = LeafImage();
+  Gatherer g{read, out};
+  RETURN_IF_ERROR(g.Chain(head, /*own=*/true, std::nullopt));
+  // Merged siblings' records were gathered before this page's older ones;
+  // the runs are disjoint, so sorting restores key order.
+  if (!out->merged.empty()) {
+    std::sort(out->base.begin(), out->base.end(),
+              [](const LeafRecord& a, const LeafRecord& b) { return a.key < b.key; });
+  }
+  return Status::OK();
+}
+
+Result<std::vector<LeafRecord>> VisibleRecords(const LeafImage& image) {
+  std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, nullptr);
+  std::vector<LeafRecord> newest;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (i > 0 && sorted[i]->d.key == sorted[i - 1]->d.key) continue;
+    newest.push_back(RecordOf(sorted[i]->d));
+  }
+  std::vector<LeafRecord> out;
+  out.reserve(image.base.size() + newest.size());
+  MergeRuns(image.base, newest, [&](const LeafRecord& r) {
+    if (!r.tombstone) out.push_back(r);
+  });
+  return out;
+}
+
+Status GatherInner(const PageNode* head, InnerImage* out) {
+  *out = InnerImage();
+  std::vector<DeltaView> index;  // newest first
+  std::optional<Slice> cut;
+  bool range_set = false;
   const PageNode* base_node = nullptr;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kBase) {
@@ -199,65 +392,92 @@ Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
       break;
     }
     if (n->kind != NodeKind::kDelta) continue;
+    ++out->chain_length;
     ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
-    if (IsRecordDelta(d.type)) {
-      deltas.push_back(RecordDelta{d, n->tag, deltas.size()});
-      continue;
-    }
     switch (d.type) {
-      case DeltaType::kSplit:
-        // The smallest separator is the page's effective high key.
-        if (!has_split || d.key < split_key) {
-          has_split = true;
-          split_key = d.key;
-          split_sibling = d.pid;
-        }
+      case DeltaType::kIndexEntry:
+      case DeltaType::kIndexTermDelete:
+        if (!cut || d.key < *cut) index.push_back(d);
         break;
-      case DeltaType::kRemoveNode:
+      case DeltaType::kSplit:
+        if (!range_set) {
+          range_set = true;
+          out->header.high_infinite = false;
+          out->header.high_key = d.key;
+          out->header.right_sibling = d.pid;
+        }
+        if (!cut || d.key < *cut) cut = d.key;
+        break;
       case DeltaType::kMerge:
-        return Status::NotSupported("bw-tree: consolidating a page under a merge");
+      case DeltaType::kRemoveNode:
+        return Status::NotSupported("bw-tree: inner nodes are not merged");
       default:
-        return Status::Corruption("bw-tree: index delta in a leaf chain");
+        return Status::Corruption("bw-tree: record delta in an inner chain");
     }
   }
-
-  // The old base (or an empty leaf covering everything).
-  BaseHeader header;
-  std::string empty_base;
-  if (base_node == nullptr) empty_base = EncodeLeafBase(header, {});
-  ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(base_node != nullptr ? PayloadOf(base_node)
-                                                                       : Slice(empty_base)));
-  if (!base.is_leaf()) return Status::NotSupported("bw-tree: consolidating an inner node");
-  header = base.header();
-  if (has_split && (header.high_infinite || split_key < header.high_key)) {
-    header.high_infinite = false;
-    header.high_key = split_key;
-    header.right_sibling = split_sibling;
+  if (base_node == nullptr) return Status::Corruption("bw-tree: inner page without a base");
+  ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
+  if (base.is_leaf()) return Status::InvalidArgument("bw-tree: GatherInner on a leaf");
+  const BaseHeader& h = base.header();
+  out->header.type = NodeType::kInner;
+  out->header.level = h.level;
+  out->header.low_key = h.low_key;
+  if (!range_set) {
+    out->header.high_infinite = h.high_infinite;
+    out->header.high_key = h.high_key;
+    out->header.right_sibling = h.right_sibling;
   }
-  auto moved = [&](Slice key) { return has_split && key >= split_key; };
+  std::vector<InnerEntry> entries;
+  entries.reserve(base.count() + index.size());
+  for (size_t i = 0; i < base.count(); ++i) {
+    ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(i));
+    if (cut && !(e.separator < *cut)) break;
+    entries.push_back(e);
+  }
+  // Oldest first: each index delta sets the child of the range at its
+  // separator (a new entry for a posted split, a new child for a deleted term).
+  for (auto it = index.rbegin(); it != index.rend(); ++it) {
+    auto pos = std::lower_bound(entries.begin(), entries.end(), it->key,
+                                [](const InnerEntry& e, Slice k) { return e.separator < k; });
+    if (pos != entries.end() && pos->separator == it->key) {
+      pos->child = it->pid;
+    } else {
+      entries.insert(pos, InnerEntry{it->key, it->pid});
+    }
+  }
+  out->entries.reserve(entries.size());
+  for (const InnerEntry& e : entries) {
+    if (!out->entries.empty() && out->entries.back().child == e.child) continue;
+    out->entries.push_back(e);
+  }
+  return Status::OK();
+}
 
+Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
+                                     uint64_t purge_bound) {
   ConsolidatedPage out;
-  out.base_tag = base_node != nullptr ? base_node->tag : 0;
+  out.base_tag = image.base_tag;
+  out.dropped = image.dropped;
 
-  // Sort the deltas by key, newest first within a key, and pick per key: kept
-  // deltas from the newest down to the first foldable one, which is folded;
-  // everything older is invisible and dropped.
-  std::stable_sort(deltas.begin(), deltas.end(),
-                   [](const RecordDelta& a, const RecordDelta& b) { return a.d.key < b.d.key; });
-  std::vector<const RecordDelta*> folded;    // sorted by key, one per key
-  std::vector<const RecordDelta*> kept;      // any order; sorted by chain order below
-  for (size_t i = 0; i < deltas.size();) {
+  // Per key, sorted: kept deltas from the newest down to the first foldable
+  // one, which is folded; everything older is invisible and dropped.
+  std::vector<size_t> order;
+  std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
+  std::vector<LeafRecord> folded;         // sorted by key, one per key
+  std::vector<size_t> kept;               // indexes into image.deltas
+  for (size_t i = 0; i < sorted.size();) {
     size_t j = i;
-    while (j < deltas.size() && deltas[j].d.key == deltas[i].d.key) ++j;
-    const bool away = moved(deltas[i].d.key);
+    while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
     bool done = false;
     for (size_t k = i; k < j; ++k) {
-      if (away || done) {
+      if (done) {
         ++out.dropped;
-      } else if (deltas[k].d.lsn > lsn_bound) {
-        kept.push_back(&deltas[k]);
+      } else if (sorted[k]->d.lsn > lsn_bound) {
+        kept.push_back(order[k]);
       } else {
-        folded.push_back(&deltas[k]);
+        folded.push_back(RecordOf(sorted[k]->d));
+        out.base_tag = std::max(out.base_tag, sorted[k]->d.lsn);
+        ++out.folded;
         done = true;
       }
     }
@@ -266,55 +486,38 @@ Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
 
   // One linear merge of the base records with the folded deltas.
   std::vector<LeafRecord> records;
-  records.reserve(base.count() + folded.size());
-  auto emit = [&](const LeafRecord& r) {
-    if (moved(r.key)) return;
+  records.reserve(image.base.size() + folded.size());
+  MergeRuns(image.base, folded, [&](const LeafRecord& r) {
     if (r.tombstone && r.lsn < purge_bound) {
       ++out.purged;
       return;
     }
     records.push_back(r);
-  };
-  size_t bi = 0;
-  size_t fi = 0;
-  while (bi < base.count() || fi < folded.size()) {
-    LeafRecord from_base;
-    bool have_base = false;
-    if (bi < base.count()) {
-      ASSIGN_OR_RETURN(from_base, base.RecordAt(bi));
-      have_base = true;
-    }
-    if (fi < folded.size() && (!have_base || !(from_base.key < folded[fi]->d.key))) {
-      const DeltaView& d = folded[fi]->d;
-      if (have_base && from_base.key == d.key) ++bi;  // replaced by the delta
-      LeafRecord r;
-      r.key = d.key;
-      r.lsn = d.lsn;
-      r.tombstone = d.type == DeltaType::kDelete;
-      if (!r.tombstone) r.value = d.value;
-      emit(r);
-      out.base_tag = std::max(out.base_tag, d.lsn);
-      ++out.folded;
-      ++fi;
-    } else {
-      emit(from_base);
-      ++bi;
-    }
-  }
+  });
+  BaseHeader header = image.header;
+  header.type = NodeType::kLeaf;
+  header.level = 0;
   out.base = EncodeLeafBase(header, records);
 
   // Kept deltas, newest first, with hints against the new base.
-  std::sort(kept.begin(), kept.end(),
-            [](const RecordDelta* a, const RecordDelta* b) { return a->order < b->order; });
+  std::sort(kept.begin(), kept.end());
   ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(out.base));
   out.deltas.reserve(kept.size());
-  for (const RecordDelta* k : kept) {
-    DeltaView d = k->d;
+  for (size_t k : kept) {
+    DeltaView d = image.deltas[k].d;
     ASSIGN_OR_RETURN(BasePosition pos, new_base.Find(d.key));
     d.hint = ToHint(pos.index);
-    out.deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), k->tag});
+    out.deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), image.deltas[k].tag});
   }
   return out;
+}
+
+Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
+                                     uint64_t purge_bound) {
+  LeafImage image;
+  RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
+  if (image.removed) return Status::NotSupported("bw-tree: consolidating a removed page");
+  return Consolidate(image, lsn_bound, purge_bound);
 }
 
 PageNode* BuildChain(llama::Llama* llama, const ConsolidatedPage& page) {

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct LookupResult {
   uint64_t lsn = 0;        // kFound / kDeleted
   RedirectKind redirect_kind = RedirectKind::kNone;
   PageId redirect = 0;     // kRedirect: the page to continue on
+  // kRedirect: the key from which the other page holds keys (a split's or
+  // merge's separator, or the base's high key).
+  Slice redirect_key;
   // Lower bound of the key in the page's base (kNoHint if the page has no
   // base): the hint to store in a new record delta for this key.
   uint32_t hint = kNoHint;
@@ -66,7 +70,10 @@ struct LookupResult {
 // base is binary-searched in the range narrowed by the hints of the deltas
 // passed (search shortcuts). TooLarge for a key over the limit; Corruption for
 // malformed payloads; InvalidArgument if the base is not a leaf.
-Result<LookupResult> Lookup(const llama::PageNode* head, Slice key, const Limits& limits = {});
+// With `through_remove`, a remove-node delta on top of the chain is passed
+// over: the page's own state is read (as a merge into the left sibling does).
+Result<LookupResult> Lookup(const llama::PageNode* head, Slice key, const Limits& limits = {},
+                            bool through_remove = false);
 
 // The LSN the page holds for `key` (a tombstone's included), 0 if none: for
 // idempotent redo (apply an operation only if its LSN is larger). If the key
@@ -84,15 +91,24 @@ Result<std::string> MakeRecordDelta(const llama::PageNode* head, DeltaType type,
 struct ChildLookup {
   LookupOutcome outcome = LookupOutcome::kNotFound;  // kFound: child is set
   PageId child = 0;
+  // kFound: the range [low, next) of the node routed to `child` that holds
+  // the key (next_infinite: no upper end).
+  Slice low;
+  Slice next;
+  bool next_infinite = false;
   RedirectKind redirect_kind = RedirectKind::kNone;
   PageId redirect = 0;  // kRedirect
+  Slice redirect_key;   // kRedirect: as in LookupResult
 };
 
 // Index-entry and index-term-delete deltas whose range [separator, next) holds
 // the key decide (newest first); split/merge deltas redirect as in Lookup;
 // otherwise the base's entry with the largest separator <= key. kNotFound if
 // the key is below every separator. InvalidArgument if the base is a leaf.
-Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key);
+// With `before`, routes the largest key below `key` instead (for reverse
+// scans and for finding a node's left neighbour): ranges are taken as
+// (low, next] and redirects apply when key > separator.
+Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key, bool before = false);
 
 // The new state of a page for Update-R.
 struct ConsolidatedPage {
@@ -109,6 +125,60 @@ struct ConsolidatedPage {
   size_t dropped = 0;  // deltas made dead (shadowed, or moved away by a split)
 };
 
+// Reads another page's state (a merged sibling's): the Bw-tree passes
+// Llama::Read. Same guard rule as the chains.
+using PageReader = std::function<Result<const llama::PageNode*>(PageId)>;
+
+// Everything a leaf page holds, gathered from its chain and from the states
+// of the siblings merged into it: what consolidation, splits and iterators
+// work from. Slices point into the chains.
+//  - Newest first, a split delta at separator s hides everything older with
+//    key >= s (moved to the sibling); a merge delta at m brings in the merged
+//    sibling's state below its remove-node delta (keys >= m, subject to the
+//    newer splits) and hides everything older with key >= m.
+//  - The newest split or merge delta decides the effective high key and
+//    right sibling; without one, the base does.
+struct LeafImage {
+  struct Delta {
+    DeltaView d;
+    uint64_t tag = 0;
+  };
+  BaseHeader header;            // the effective range and right sibling
+  std::vector<LeafRecord> base; // base records in range, ascending
+  std::vector<Delta> deltas;    // record deltas in range, newest first
+  uint64_t base_tag = 0;        // largest tag of the bases involved
+  std::vector<PageId> merged;   // siblings whose states were merged in
+  size_t dropped = 0;           // deltas and records hidden by splits/merges
+  size_t chain_length = 0;      // deltas on this page's own chain
+  bool removed = false;         // the chain starts with a remove-node delta
+};
+
+// Gathers a leaf page. A remove-node delta on top is passed over (and noted
+// in `removed`); anywhere else it is Corruption. `read` may be empty when the
+// chain has no merge delta (NotSupported otherwise).
+Status GatherLeaf(const llama::PageNode* head, const PageReader& read, LeafImage* out);
+
+// The visible records of an image: the newest version of each key, ascending,
+// tombstones left out.
+Result<std::vector<LeafRecord>> VisibleRecords(const LeafImage& image);
+
+// An inner page's routing, consolidated: the base's entries with the index
+// deltas applied oldest first (each sets the child of the range starting at
+// its separator), the newest split applied, and consecutive entries routing
+// to the same child folded into the first.
+struct InnerImage {
+  BaseHeader header;
+  std::vector<InnerEntry> entries;
+  size_t chain_length = 0;
+};
+// NotSupported for merge or remove-node deltas (inner nodes are not merged).
+Status GatherInner(const llama::PageNode* head, InnerImage* out);
+
+// Consolidates a gathered leaf (OpenBw-Tree 4.3 fast consolidation): as
+// Consolidate(head, ...) below, for any image.
+Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
+                                     uint64_t purge_bound = 0);
+
 // Consolidates a leaf page's chain (OpenBw-Tree 4.3 fast consolidation).
 //  - Record deltas with LSN <= lsn_bound are merged into a new base: the newest
 //    delta per key wins; the deltas are sorted by key (there are few) and merged
@@ -121,7 +191,8 @@ struct ConsolidatedPage {
 //    are dropped, high key = separator, right sibling = the split's sibling.
 //  - Tombstones (from the base or folded deletes) with LSN < purge_bound (the
 //    RSSP) are dropped; others are kept.
-// NotSupported for chains with remove-node or merge deltas or an inner base;
+// NotSupported for chains with remove-node or merge deltas or an inner base
+// (gather those with GatherLeaf and a reader);
 // Corruption for malformed payloads. A chain without a base consolidates as if
 // over an empty leaf covering everything.
 // The kept-deltas-over-base state looks up exactly like the old chain, except

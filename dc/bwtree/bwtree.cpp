@@ -1,0 +1,1206 @@
+#include "dc/bwtree/bwtree.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <limits>
+
+#include "common/coding.h"
+#include "common/metrics.h"
+
+namespace deuteron::bwtree {
+
+using llama::Llama;
+using llama::NodeKind;
+using llama::PageNode;
+
+namespace {
+
+// Page 1 is the meta page: a leaf-format page whose record "root" holds the
+// root's PID (fixed64). Root growth changes it by an upsert delta.
+constexpr PageId kMetaPid = 1;
+constexpr char kRootKey[] = "root";
+
+// Bounds on retry loops. A loop that runs out means the tree is changing
+// faster than this thread can follow, or is corrupt: Busy, never a hang.
+constexpr int kMaxAttempts = 1 << 14;
+constexpr int kMaxHops = 1 << 12;
+
+Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
+
+PageNode* MakeNode(Llama* l, NodeKind kind, Slice payload, uint64_t tag) {
+  PageNode* n = l->NewNode(kind, payload.size(), tag);
+  if (!payload.empty()) std::memcpy(n->payload(), payload.data(), payload.size());
+  return n;
+}
+
+PageNode* MakeDelta(Llama* l, const DeltaView& d, uint64_t tag) {
+  PageNode* n = l->NewNode(NodeKind::kDelta, EncodedDeltaSize(d), tag);
+  EncodeDelta(d, n->payload());
+  return n;
+}
+
+Result<BaseView> BaseOf(const PageNode* head) {
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kBase) return BaseView::Parse(PayloadOf(n));
+  }
+  return Status::Corruption("bw-tree: page without a base");
+}
+
+// Deltas on the chain (its length, as the thresholds count it).
+size_t DeltaCount(const PageNode* head) {
+  size_t count = 0;
+  for (const PageNode* n = head; n != nullptr && n->kind != NodeKind::kBase; n = n->next) {
+    if (n->kind == NodeKind::kDelta) ++count;
+  }
+  return count;
+}
+
+// Whether the chain holds a split, merge or remove-node delta.
+bool HasStructureDelta(const PageNode* head) {
+  for (const PageNode* n = head; n != nullptr && n->kind != NodeKind::kBase; n = n->next) {
+    if (n->kind != NodeKind::kDelta || n->size == 0) continue;
+    const auto t = static_cast<DeltaType>(n->payload()[0]);
+    if (t == DeltaType::kSplit || t == DeltaType::kMerge || t == DeltaType::kRemoveNode) return true;
+  }
+  return false;
+}
+
+std::string EncodePid(PageId pid) {
+  std::string s;
+  PutFixed64(&s, pid);
+  return s;
+}
+
+// Where a leaf chain routes `key` by its structure alone (record deltas are
+// passed over): kRedirect for split, merge and B-link moves, kRemoved for a
+// remove-node delta (unless `through_remove` and on top), kNotFound when the
+// page's own range holds the key.
+Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove) {
+  LookupResult out;
+  bool first_data = true;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kDelta) {
+      ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      const bool top = first_data;
+      first_data = false;
+      if (IsRecordDelta(d.type)) continue;
+      if (d.type == DeltaType::kRemoveNode) {
+        if (top && through_remove) continue;
+        out.outcome = LookupOutcome::kRemoved;
+        return out;
+      }
+      if ((d.type == DeltaType::kSplit || d.type == DeltaType::kMerge) && key >= d.key) {
+        out.outcome = LookupOutcome::kRedirect;
+        out.redirect_kind = d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
+        out.redirect = d.pid;
+        out.redirect_key = d.key;
+        return out;
+      }
+    } else if (n->kind == NodeKind::kBase) {
+      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+      const BaseHeader& h = base.header();
+      if (!h.high_infinite && h.right_sibling != 0 && key >= h.high_key) {
+        out.outcome = LookupOutcome::kRedirect;
+        out.redirect_kind = RedirectKind::kSibling;
+        out.redirect = h.right_sibling;
+        out.redirect_key = h.high_key;
+      }
+      return out;
+    }
+  }
+  return out;
+}
+
+// A key above every key the limits allow: where reverse scans start.
+std::string KeyAboveAll(const Limits& limits) {
+  return std::string(limits.max_key_size + 1, '\xff');
+}
+
+}  // namespace
+
+// ---- Counters -----------------------------------------------------------------
+
+struct BwTree::Counters {
+  Counter reads, writes, update_retries;
+  Counter consolidations, failed_consolidations;
+  Counter splits, failed_splits, root_splits;
+  Counter merges, failed_merges;
+  Counter index_posts, failed_index_posts;
+  Counter helped_smos, restarts;
+  Counter chains_seen, chain_length_sum;
+  Counter pages_freed;
+  std::atomic<uint64_t> chain_length_max{0};
+};
+
+struct BwTree::Path {
+  PageId pid = 0;
+  const PageNode* head = nullptr;
+};
+
+struct BwTree::Leaf {
+  std::vector<Iterator::Item> items;
+  std::string low, high;
+  bool high_infinite = true;
+};
+
+void BwTree::NoteChain(size_t length) {
+  counters_->chains_seen.Add();
+  counters_->chain_length_sum.Add(length);
+  // relaxed: a statistic; written only when a new maximum is seen.
+  uint64_t max = counters_->chain_length_max.load(std::memory_order_relaxed);
+  while (length > max &&
+         !counters_->chain_length_max.compare_exchange_weak(max, length, std::memory_order_relaxed)) {
+  }
+}
+
+BwTree::Stats BwTree::GetStats() const {
+  Stats s;
+  const Counters& c = *counters_;
+  s.reads = c.reads.Value();
+  s.writes = c.writes.Value();
+  s.update_retries = c.update_retries.Value();
+  s.consolidations = c.consolidations.Value();
+  s.failed_consolidations = c.failed_consolidations.Value();
+  s.splits = c.splits.Value();
+  s.failed_splits = c.failed_splits.Value();
+  s.root_splits = c.root_splits.Value();
+  s.merges = c.merges.Value();
+  s.failed_merges = c.failed_merges.Value();
+  s.index_posts = c.index_posts.Value();
+  s.failed_index_posts = c.failed_index_posts.Value();
+  s.helped_smos = c.helped_smos.Value();
+  s.restarts = c.restarts.Value();
+  s.chains_seen = c.chains_seen.Value();
+  s.chain_length_sum = c.chain_length_sum.Value();
+  s.chain_length_max = c.chain_length_max.load(std::memory_order_relaxed);
+  s.pages_freed = c.pages_freed.Value();
+  auto guard = llama_->Enter();
+  Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
+  if (root.ok() && *root != nullptr) {
+    Result<BaseView> base = BaseOf(*root);
+    if (base.ok()) s.height = base->header().level + 1u;
+  }
+  return s;
+}
+
+// ---- Open -----------------------------------------------------------------------
+
+BwTree::BwTree(Llama* llama, BwTreeOptions options)
+    : llama_(llama), options_(std::move(options)), counters_(std::make_unique<Counters>()) {}
+
+BwTree::~BwTree() = default;
+
+uint64_t BwTree::FlushBound() const {
+  return options_.flush_bound ? options_.flush_bound() : std::numeric_limits<uint64_t>::max();
+}
+
+uint64_t BwTree::PurgeBound() const { return options_.purge_bound ? options_.purge_bound() : 0; }
+
+Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options) {
+  std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
+  auto guard = llama->Enter();
+  Result<const PageNode*> meta = llama->Read(kMetaPid);
+  if (!meta.ok()) {
+    if (!meta.status().IsNotFound()) return meta.status();
+    RETURN_IF_ERROR(tree->Bootstrap());
+    return tree;
+  }
+  if (*meta == nullptr) return Status::Corruption("bw-tree: meta page has no state");
+  Result<LookupResult> r = Lookup(*meta, kRootKey);
+  if (!r.ok() || r->outcome != LookupOutcome::kFound || r->value.size() != 8) {
+    return Status::Corruption("bw-tree: page 1 is not a Bw-tree meta page");
+  }
+  tree->root_.store(DecodeFixed64(r->value.data()), std::memory_order_release);
+  return tree;
+}
+
+Status BwTree::Bootstrap() {
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  Result<PageId> meta = llama_->TAllocate(txn.get());
+  Result<PageId> root = meta.ok() ? llama_->TAllocate(txn.get()) : meta;
+  if (!root.ok() || *meta != kMetaPid) {
+    llama_->TAbort(txn.get());
+    return root.ok() ? Status::Corruption("bw-tree: store has pages but no meta page")
+                     : root.status();
+  }
+  const std::string root_pid = EncodePid(*root);
+  const std::string meta_base = EncodeLeafBase(BaseHeader(), {LeafRecord{kRootKey, root_pid, 0, false}});
+  const std::string root_base = EncodeLeafBase(BaseHeader(), {});
+  Result<bool> a = llama_->TUpdateD(txn.get(), *meta, nullptr,
+                                    MakeNode(llama_, NodeKind::kBase, meta_base, 0));
+  Result<bool> b = llama_->TUpdateD(txn.get(), *root, nullptr,
+                                    MakeNode(llama_, NodeKind::kBase, root_base, 0));
+  if (!a.ok() || !*a || !b.ok() || !*b) {
+    llama_->TAbort(txn.get());
+    return Status::Internal("bw-tree: could not build the initial pages");
+  }
+  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, FlushBound(), 0);
+  if (!c.ok() || !*c) {
+    llama_->TAbort(txn.get());
+    return c.ok() ? Status::Internal("bw-tree: bootstrap commit failed") : c.status();
+  }
+  root_.store(*root, std::memory_order_release);
+  return Status::OK();
+}
+
+// ---- Descent ----------------------------------------------------------------------
+
+Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path) {
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    if (attempt > 0) counters_->restarts.Add();
+    PageId pid = root_.load(std::memory_order_acquire);
+    bool tried_consolidate = false;
+    for (int hop = 0; hop < kMaxHops; ++hop) {
+      Result<const PageNode*> read = llama_->Read(pid);
+      if (!read.ok()) {
+        if (read.status().IsNotFound()) break;  // freed under us: start over
+        return read.status();
+      }
+      const PageNode* head = *read;
+      if (head == nullptr) return Status::Corruption("bw-tree: reachable page without state");
+      ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
+      const uint32_t level = base.header().level;
+      if (level < target_level) return Status::NotFound("bw-tree: no such level");
+      if (level == target_level) {
+        path->pid = pid;
+        path->head = head;
+        return Status::OK();
+      }
+      if (!tried_consolidate && DeltaCount(head) > options_.inner_delta_threshold) {
+        tried_consolidate = true;
+        RETURN_IF_ERROR(MaybeRestructure(pid, level, nullptr));
+        continue;
+      }
+      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before));
+      if (c.outcome == LookupOutcome::kFound) {
+        pid = c.child;
+        tried_consolidate = false;
+        continue;
+      }
+      if (c.outcome != LookupOutcome::kRedirect) break;  // stale route: start over
+      if (c.redirect_kind != RedirectKind::kMerge) {
+        // A split (or a B-link move) whose index entry is missing: help post it.
+        RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
+      }
+      pid = c.redirect;
+      tried_consolidate = false;
+    }
+  }
+  return Status::Busy("bw-tree: descent did not settle");
+}
+
+// The leaf holding `key` and the key's state there. pid/head name the page a
+// delta for the key goes on (a merged-into left neighbour, not the removed
+// sibling whose state the answer may come from).
+struct BwTree::Located {
+  PageId pid = 0;
+  const PageNode* head = nullptr;
+  LookupResult r;
+};
+
+Status BwTree::Locate(Slice key, Located* out) {
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Path path;
+    RETURN_IF_ERROR(Descend(key, false, 0, &path));
+    PageId pid = path.pid;
+    const PageNode* head = path.head;
+    bool restart = false;
+    for (int hop = 0; hop < kMaxHops && !restart; ++hop) {
+      ASSIGN_OR_RETURN(LookupResult r, Lookup(head, key, options_.limits));
+      switch (r.outcome) {
+        case LookupOutcome::kFound:
+        case LookupOutcome::kNotFound:
+        case LookupOutcome::kDeleted:
+          NoteChain(DeltaCount(head));
+          *out = Located{pid, head, r};
+          return Status::OK();
+        case LookupOutcome::kRemoved:
+          counters_->helped_smos.Add();
+          RETURN_IF_ERROR(CompleteMerge(pid));
+          restart = true;
+          break;
+        case LookupOutcome::kRedirect: {
+          if (r.redirect_kind == RedirectKind::kMerge) {
+            // The key is in the merged sibling's state, below its remove-node.
+            Result<const PageNode*> sib = llama_->Read(r.redirect);
+            if (!sib.ok() || *sib == nullptr) {
+              if (sib.ok() || sib.status().IsNotFound()) {
+                restart = true;
+                break;
+              }
+              return sib.status();
+            }
+            ASSIGN_OR_RETURN(LookupResult r2, Lookup(*sib, key, options_.limits, true));
+            if (r2.outcome == LookupOutcome::kRedirect) {
+              if (r2.redirect_kind != RedirectKind::kSibling) {
+                restart = true;
+                break;
+              }
+              pid = r2.redirect;  // past the merged range: the B-link sibling
+            } else {
+              r2.hint = kNoHint;  // a delta goes on this page, over its own base
+              NoteChain(DeltaCount(head));
+              *out = Located{pid, head, r2};
+              return Status::OK();
+            }
+          } else {
+            RETURN_IF_ERROR(PostIndexEntry(1, r.redirect_key, pid, r.redirect));
+            pid = r.redirect;
+          }
+          Result<const PageNode*> next = llama_->Read(pid);
+          if (!next.ok() || *next == nullptr) {
+            if (next.ok() || next.status().IsNotFound()) {
+              restart = true;
+              break;
+            }
+            return next.status();
+          }
+          head = *next;
+          break;
+        }
+      }
+    }
+    counters_->restarts.Add();
+  }
+  return Status::Busy("bw-tree: leaf search did not settle");
+}
+
+// ---- Point operations --------------------------------------------------------------
+
+Result<Record> BwTree::Get(Slice key) {
+  RETURN_IF_ERROR(CheckKey(options_.limits, key));
+  auto guard = llama_->Enter();
+  counters_->reads.Add();
+  Located loc;
+  RETURN_IF_ERROR(Locate(key, &loc));
+  if (loc.r.outcome != LookupOutcome::kFound) return Status::NotFound("key not found");
+  return Record{loc.r.value.ToString(), loc.r.lsn};
+}
+
+Result<uint64_t> BwTree::GetLsn(Slice key) {
+  RETURN_IF_ERROR(CheckKey(options_.limits, key));
+  auto guard = llama_->Enter();
+  counters_->reads.Add();
+  Located loc;
+  RETURN_IF_ERROR(Locate(key, &loc));
+  return loc.r.outcome == LookupOutcome::kNotFound ? 0 : loc.r.lsn;
+}
+
+Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
+  RETURN_IF_ERROR(CheckRecord(options_.limits, key, value));
+  auto guard = llama_->Enter();
+  counters_->writes.Add();
+  DeltaView d;
+  switch (kind) {
+    case WriteKind::kInsert: d.type = DeltaType::kInsert; break;
+    case WriteKind::kUpdate: d.type = DeltaType::kUpdate; break;
+    case WriteKind::kUpsert: d.type = DeltaType::kUpsert; break;
+    case WriteKind::kDelete:
+    case WriteKind::kBlindDelete: d.type = DeltaType::kDelete; break;
+  }
+  d.key = key;
+  if (d.type != DeltaType::kDelete) d.value = value;
+  d.lsn = lsn;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Located loc;
+    RETURN_IF_ERROR(Locate(key, &loc));
+    const bool exists = loc.r.outcome == LookupOutcome::kFound;
+    if (kind == WriteKind::kInsert && exists) return Status::AlreadyExists("key exists");
+    if ((kind == WriteKind::kUpdate || kind == WriteKind::kDelete) && !exists) {
+      return Status::NotFound("key not found");
+    }
+    d.hint = loc.r.hint;
+    PageNode* node = MakeDelta(llama_, d, lsn);
+    if (llama_->UpdateD(loc.pid, loc.head, node)) {
+      if (DeltaCount(node) > options_.leaf_delta_threshold) {
+        RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0, nullptr));
+      }
+      return Status::OK();
+    }
+    llama_->DiscardNode(node);
+    counters_->update_retries.Add();
+  }
+  return Status::Busy("bw-tree: write did not settle");
+}
+
+// ---- Consolidation ------------------------------------------------------------------
+
+Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
+  if (changed != nullptr) *changed = false;
+  Result<const PageNode*> read = llama_->Read(pid);
+  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+  if (*read == nullptr) return Status::OK();
+  bool installed = false;
+  if (level == 0) {
+    RETURN_IF_ERROR(ConsolidateLeaf(pid, *read, &installed));
+  } else {
+    RETURN_IF_ERROR(ConsolidateInner(pid, *read, &installed));
+  }
+  if (!installed) return Status::OK();
+  if (changed != nullptr) *changed = true;
+  // Right after consolidation the chain is a base under at most the deltas
+  // above the ESL: size it for a split or a merge.
+  read = llama_->Read(pid);
+  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+  const PageNode* head = *read;
+  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  if (level == 0) {
+    LeafImage image;
+    RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
+    const size_t records = image.base.size() + image.deltas.size();
+    size_t bytes = 0;
+    for (const PageNode* n = head; n != nullptr; n = n->next) {
+      if (n->is_data()) bytes += n->size;
+    }
+    if (records > options_.leaf_max_records || bytes > options_.node_max_bytes) {
+      return SplitNode(pid, 0);
+    }
+    if (options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
+        !image.header.low_key.empty()) {
+      return StartMerge(pid);
+    }
+    return Status::OK();
+  }
+  InnerImage image;
+  RETURN_IF_ERROR(GatherInner(head, &image));
+  size_t bytes = 0;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->is_data()) bytes += n->size;
+  }
+  if (image.entries.size() > options_.inner_max_entries || bytes > options_.node_max_bytes) {
+    return SplitNode(pid, level);
+  }
+  return Status::OK();
+}
+
+PageReader BwTree::Reader() {
+  return [this](PageId pid) -> Result<const PageNode*> { return llama_->Read(pid); };
+}
+
+Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed) {
+  *installed = false;
+  LeafImage image;
+  Status s = GatherLeaf(head, Reader(), &image);
+  if (s.IsNotFound()) return Status::OK();  // a merged sibling went away: retry later
+  RETURN_IF_ERROR(s);
+  if (image.removed) return Status::OK();  // frozen; its left neighbour absorbs it
+  if (!image.merged.empty()) {
+    // Before the merged siblings' states are folded in (and the siblings
+    // freed), make sure no parent routes to them any more.
+    const std::vector<PageId> merged = image.merged;
+    for (PageId r : merged) RETURN_IF_ERROR(CompleteMerge(r));
+    Result<const PageNode*> again = llama_->Read(pid);
+    if (!again.ok()) return again.status().IsNotFound() ? Status::OK() : again.status();
+    head = *again;
+    s = GatherLeaf(head, Reader(), &image);
+    if (s.IsNotFound()) return Status::OK();
+    RETURN_IF_ERROR(s);
+    if (image.removed) return Status::OK();
+  }
+  ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(image, FlushBound(), PurgeBound()));
+  PageNode* chain = BuildChain(llama_, page);
+  if (!llama_->UpdateR(pid, head, chain)) {
+    llama_->DiscardChain(chain);
+    counters_->failed_consolidations.Add();
+    return Status::OK();
+  }
+  counters_->consolidations.Add();
+  *installed = true;
+  if (image.merged.empty()) return Status::OK();
+  // The merged siblings' records now live in this page's new base. Write it
+  // before the siblings' frees, so that no recovery sees a free without the
+  // base that replaced the freed state (the LSS is stable in prefix order).
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    ASSIGN_OR_RETURN(llama::FlushResult f, llama_->Flush(pid, FlushBound(), 0));
+    if (f.outcome == llama::FlushOutcome::kRaced) continue;
+    if (f.outcome == llama::FlushOutcome::kBlocked) return Status::OK();  // keep the siblings
+    for (PageId r : image.merged) RETURN_IF_ERROR(FreePage(r));
+    return Status::OK();
+  }
+  return Status::OK();  // the siblings stay allocated (unreachable): a leak, not a loss
+}
+
+Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, bool* installed) {
+  *installed = false;
+  InnerImage image;
+  RETURN_IF_ERROR(GatherInner(head, &image));
+  const std::string base = EncodeInnerBase(image.header, image.entries);
+  PageNode* node = MakeNode(llama_, NodeKind::kBase, base, 0);
+  if (!llama_->UpdateR(pid, head, node)) {
+    llama_->DiscardChain(node);
+    counters_->failed_consolidations.Add();
+    return Status::OK();
+  }
+  counters_->consolidations.Add();
+  *installed = true;
+  return Status::OK();
+}
+
+Status BwTree::FreePage(PageId pid) {
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  Status s = llama_->TFree(txn.get(), pid);
+  if (!s.ok()) {
+    llama_->TAbort(txn.get());
+    return s;
+  }
+  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, FlushBound(), 0);
+  if (!c.ok() || !*c) {
+    llama_->TAbort(txn.get());
+    return c.ok() ? Status::Internal("bw-tree: free commit failed") : c.status();
+  }
+  counters_->pages_freed.Add();
+  return Status::OK();
+}
+
+// ---- Splits ----------------------------------------------------------------------------
+
+Status BwTree::SplitNode(PageId pid, uint32_t level) {
+  Result<const PageNode*> read = llama_->Read(pid);
+  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+  const PageNode* head = *read;
+  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+
+  std::string separator;
+  std::optional<std::string> split_until;  // the page's high key before the split
+  std::string right_base;
+  std::vector<ConsolidatedPage::Delta> right_deltas;  // newest first
+  uint64_t right_tag = 0;
+  if (level == 0) {
+    LeafImage image;
+    RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
+    std::vector<Slice> keys;
+    keys.reserve(image.base.size() + image.deltas.size());
+    for (const LeafRecord& r : image.base) keys.push_back(r.key);
+    for (const LeafImage::Delta& d : image.deltas) keys.push_back(d.d.key);
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    if (keys.size() < 2) return Status::OK();
+    separator = keys[keys.size() / 2].ToString();
+    if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
+    const Slice sep(separator);
+    LeafImage right;
+    right.header = image.header;
+    right.header.low_key = sep;
+    right.base_tag = image.base_tag;
+    for (const LeafRecord& r : image.base) {
+      if (r.key >= sep) right.base.push_back(r);
+    }
+    for (const LeafImage::Delta& d : image.deltas) {
+      if (d.d.key >= sep) right.deltas.push_back(d);
+    }
+    ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(right, FlushBound(), PurgeBound()));
+    right_base = std::move(page.base);
+    right_tag = page.base_tag;
+    right_deltas = std::move(page.deltas);
+  } else {
+    InnerImage image;
+    RETURN_IF_ERROR(GatherInner(head, &image));
+    if (image.entries.size() < 2) return Status::OK();
+    const size_t mid = image.entries.size() / 2;
+    separator = image.entries[mid].separator.ToString();
+    if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
+    BaseHeader header = image.header;
+    header.low_key = separator;
+    std::vector<InnerEntry> entries(image.entries.begin() + static_cast<ptrdiff_t>(mid),
+                                    image.entries.end());
+    entries.front().separator = header.low_key;
+    right_base = EncodeInnerBase(header, entries);
+  }
+
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  Result<PageId> sibling = llama_->TAllocate(txn.get());
+  if (!sibling.ok()) {
+    llama_->TAbort(txn.get());
+    return sibling.status();
+  }
+  // The sibling's state, built on the private page: base, then the deltas
+  // above the ESL, oldest first.
+  const PageNode* at = nullptr;
+  auto put = [&](PageNode* n) -> Status {
+    Result<bool> ok = llama_->TUpdateD(txn.get(), *sibling, at, n);
+    if (!ok.ok() || !*ok) {
+      llama_->DiscardNode(n);
+      return ok.ok() ? Status::Internal("bw-tree: private page changed") : ok.status();
+    }
+    at = n;
+    return Status::OK();
+  };
+  Status s = put(MakeNode(llama_, NodeKind::kBase, right_base, right_tag));
+  for (auto it = right_deltas.rbegin(); s.ok() && it != right_deltas.rend(); ++it) {
+    s = put(MakeNode(llama_, NodeKind::kDelta, it->payload, it->tag));
+  }
+  if (!s.ok()) {
+    llama_->TAbort(txn.get());
+    return s;
+  }
+  DeltaView split;
+  split.type = DeltaType::kSplit;
+  split.key = separator;
+  split.pid = *sibling;
+  PageNode* delta = MakeDelta(llama_, split, 0);
+  Result<bool> committed = llama_->TCommit(txn.get(), pid, head, delta, FlushBound(), 0);
+  if (!committed.ok() || !*committed) {
+    llama_->TAbort(txn.get());
+    llama_->DiscardNode(delta);
+    if (!committed.ok()) return committed.status();
+    counters_->failed_splits.Add();
+    return Status::OK();
+  }
+  counters_->splits.Add();
+  return PostIndexEntry(level + 1, separator, pid, *sibling, /*span=*/true, split_until);
+}
+
+Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
+                              bool span, const std::optional<std::string>& until) {
+  std::string key = separator.ToString();  // the caller's slice may go stale
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    const PageId root = root_.load(std::memory_order_acquire);
+    Result<const PageNode*> root_head = llama_->Read(root);
+    if (!root_head.ok()) return root_head.status();
+    if (*root_head == nullptr) return Status::Corruption("bw-tree: root without state");
+    ASSIGN_OR_RETURN(BaseView root_base, BaseOf(*root_head));
+    if (parent_level > root_base.header().level) {
+      if (root != left) return Status::OK();  // the root's own split posts first
+      bool retry = false;
+      RETURN_IF_ERROR(GrowRoot(left, parent_level - 1, key, right, &retry));
+      if (retry) continue;
+      return Status::OK();
+    }
+    Path path;
+    RETURN_IF_ERROR(Descend(key, false, parent_level, &path));
+    PageId pid = path.pid;
+    const PageNode* head = path.head;
+    for (int hop = 0; hop < kMaxHops; ++hop) {
+      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
+      if (c.outcome == LookupOutcome::kRedirect) {
+        pid = c.redirect;
+        Result<const PageNode*> next = llama_->Read(pid);
+        if (!next.ok() || *next == nullptr) break;
+        head = *next;
+        continue;
+      }
+      if (c.outcome != LookupOutcome::kFound) break;
+      if (c.child == left) {
+        DeltaView d;
+        d.type = DeltaType::kIndexEntry;
+        d.key = key;
+        d.pid = right;
+        d.next_infinite = c.next_infinite;
+        d.next = c.next;
+        PageNode* node = MakeDelta(llama_, d, 0);
+        if (llama_->UpdateD(pid, head, node)) {
+          counters_->index_posts.Add();
+          if (DeltaCount(node) > options_.inner_delta_threshold) {
+            RETURN_IF_ERROR(MaybeRestructure(pid, parent_level, nullptr));
+          }
+        } else {
+          llama_->DiscardNode(node);
+          counters_->failed_index_posts.Add();
+        }
+        // Read again either way: the next pass sees the range's new child.
+        Result<const PageNode*> again = llama_->Read(pid);
+        if (!again.ok() || *again == nullptr) break;
+        head = *again;
+        continue;
+      }
+      // This range is posted (or routed elsewhere). A split hands the new
+      // sibling every range up to its high key that still routes to the
+      // left page, in whichever parent it is, so that no parent routes to a
+      // page keys outside its range (the merge's index-term deletes rely on
+      // that).
+      if (!span || c.next_infinite) return Status::OK();
+      key = c.next.ToString();
+      if (until && Slice(key) >= Slice(*until)) return Status::OK();
+      break;
+    }
+  }
+  return Status::Busy("bw-tree: index entry post did not settle");
+}
+
+Status BwTree::GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
+                        bool* retry) {
+  *retry = false;
+  ASSIGN_OR_RETURN(const PageNode* meta, llama_->Read(kMetaPid));
+  ASSIGN_OR_RETURN(LookupResult r, Lookup(meta, kRootKey));
+  if (r.outcome != LookupOutcome::kFound || r.value.size() != 8) {
+    return Status::Corruption("bw-tree: meta page lost its root");
+  }
+  const PageId current = DecodeFixed64(r.value.data());
+  if (current != old_root) {
+    // The cached root is stale: refresh it and post into the real parent.
+    root_.store(current, std::memory_order_release);
+    *retry = true;
+    return Status::OK();
+  }
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  Result<PageId> new_root = llama_->TAllocate(txn.get());
+  if (!new_root.ok()) {
+    llama_->TAbort(txn.get());
+    return new_root.status();
+  }
+  BaseHeader header;
+  header.type = NodeType::kInner;
+  header.level = static_cast<uint8_t>(old_level + 1);
+  const std::string base =
+      EncodeInnerBase(header, {InnerEntry{Slice(), old_root}, InnerEntry{separator, right}});
+  PageNode* base_node = MakeNode(llama_, NodeKind::kBase, base, 0);
+  Result<bool> put = llama_->TUpdateD(txn.get(), *new_root, nullptr, base_node);
+  if (!put.ok() || !*put) {
+    llama_->DiscardNode(base_node);
+    llama_->TAbort(txn.get());
+    return put.ok() ? Status::Internal("bw-tree: private page changed") : put.status();
+  }
+  const std::string pid_bytes = EncodePid(*new_root);
+  DeltaView d;
+  d.type = DeltaType::kUpsert;
+  d.key = kRootKey;
+  d.value = pid_bytes;
+  d.hint = r.hint;
+  PageNode* delta = MakeDelta(llama_, d, 0);
+  Result<bool> committed = llama_->TCommit(txn.get(), kMetaPid, meta, delta, FlushBound(), 0);
+  if (!committed.ok() || !*committed) {
+    llama_->TAbort(txn.get());
+    llama_->DiscardNode(delta);
+    if (!committed.ok()) return committed.status();
+    *retry = true;  // the meta page changed: someone else grew the root
+    return Status::OK();
+  }
+  root_.store(*new_root, std::memory_order_release);
+  counters_->root_splits.Add();
+  return Status::OK();
+}
+
+// ---- Merges ----------------------------------------------------------------------------
+
+Status BwTree::StartMerge(PageId pid) {
+  Result<const PageNode*> read = llama_->Read(pid);
+  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+  const PageNode* head = *read;
+  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  // Leaves merge only under an inner level (the index-term deletes need one).
+  Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
+  if (!root.ok() || *root == nullptr) return root.ok() ? Status::OK() : root.status();
+  ASSIGN_OR_RETURN(BaseView root_base, BaseOf(*root));
+  if (root_base.header().level == 0) return Status::OK();
+  DeltaView d;
+  d.type = DeltaType::kRemoveNode;
+  PageNode* node = MakeDelta(llama_, d, 0);
+  if (!llama_->UpdateD(pid, head, node)) {
+    llama_->DiscardNode(node);
+    counters_->failed_merges.Add();
+    return Status::OK();
+  }
+  counters_->merges.Add();
+  return CompleteMerge(pid);
+}
+
+// Where the left neighbour search ended.
+enum class BwTree::LeftOutcome { kFound, kRetry, kDone };
+
+Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low, PageId* left,
+                                                      const PageNode** left_head,
+                                                      bool* merged_in) {
+  *merged_in = false;
+  Path path;
+  RETURN_IF_ERROR(Descend(low, /*before=*/true, 0, &path));
+  PageId pid = path.pid;
+  const PageNode* head = path.head;
+  for (int hop = 0; hop < kMaxHops; ++hop) {
+    if (pid == removed) return LeftOutcome::kRetry;
+    ASSIGN_OR_RETURN(LookupResult r, RouteOf(head, low, false));
+    PageId next = 0;
+    switch (r.outcome) {
+      case LookupOutcome::kRemoved:
+        // The neighbour is being merged itself: finish that first.
+        RETURN_IF_ERROR(CompleteMerge(pid));
+        return LeftOutcome::kRetry;
+      case LookupOutcome::kFound:
+      case LookupOutcome::kNotFound:
+      case LookupOutcome::kDeleted: {
+        // This page covers `low`: the removed page was absorbed and freed.
+        Result<const PageNode*> gone = llama_->Read(removed);
+        if (!gone.ok() && gone.status().IsNotFound()) return LeftOutcome::kDone;
+        return LeftOutcome::kRetry;
+      }
+      case LookupOutcome::kRedirect:
+        if (r.redirect == removed) {
+          *merged_in = r.redirect_kind == RedirectKind::kMerge;
+          *left = pid;
+          *left_head = head;
+          return LeftOutcome::kFound;
+        }
+        if (r.redirect_kind == RedirectKind::kMerge) {
+          // This page absorbed another sibling whose range ends at `low`?
+          Result<const PageNode*> sib = llama_->Read(r.redirect);
+          if (!sib.ok() || *sib == nullptr) return LeftOutcome::kRetry;
+          ASSIGN_OR_RETURN(LookupResult r2, RouteOf(*sib, low, true));
+          if (r2.outcome != LookupOutcome::kRedirect || r2.redirect_kind != RedirectKind::kSibling) {
+            return LeftOutcome::kRetry;
+          }
+          if (r2.redirect == removed) {
+            *left = pid;
+            *left_head = head;
+            return LeftOutcome::kFound;
+          }
+          next = r2.redirect;
+        } else {
+          next = r.redirect;
+        }
+        break;
+    }
+    Result<const PageNode*> read = llama_->Read(next);
+    if (!read.ok() || *read == nullptr) return LeftOutcome::kRetry;
+    pid = next;
+    head = *read;
+  }
+  return LeftOutcome::kRetry;
+}
+
+Status BwTree::CompleteMerge(PageId removed) {
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Result<const PageNode*> read = llama_->Read(removed);
+    if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+    if (*read == nullptr) return Status::OK();
+    LeafImage image;
+    Status s = GatherLeaf(*read, Reader(), &image);
+    if (s.IsNotFound()) continue;
+    RETURN_IF_ERROR(s);
+    if (!image.removed) return Status::OK();
+    const std::string low = image.header.low_key.ToString();
+    const std::string high = image.header.high_key.ToString();
+    const bool high_infinite = image.header.high_infinite;
+
+    // 1. The merge delta on the left neighbour.
+    PageId left = 0;
+    const PageNode* left_head = nullptr;
+    bool merged_in = false;
+    ASSIGN_OR_RETURN(LeftOutcome found,
+                     FindLeftNeighbour(removed, low, &left, &left_head, &merged_in));
+    if (found == LeftOutcome::kDone) return Status::OK();
+    if (found == LeftOutcome::kRetry) continue;
+    if (!merged_in) {
+      DeltaView d;
+      d.type = DeltaType::kMerge;
+      d.key = low;
+      d.pid = removed;
+      PageNode* node = MakeDelta(llama_, d, 0);
+      if (!llama_->UpdateD(left, left_head, node)) {
+        llama_->DiscardNode(node);
+        continue;
+      }
+    }
+
+    // 2. No parent routes to the removed page any more: each range routed
+    // to it is handed to the left neighbour.
+    std::string key = low;
+    for (int step = 0; step < kMaxHops; ++step) {
+      Path path;
+      RETURN_IF_ERROR(Descend(key, false, 1, &path));
+      PageId pid = path.pid;
+      const PageNode* head = path.head;
+      bool advanced = false;
+      for (int hop = 0; hop < kMaxHops && !advanced; ++hop) {
+        ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
+        if (c.outcome == LookupOutcome::kRedirect) {
+          pid = c.redirect;
+        } else if (c.outcome != LookupOutcome::kFound) {
+          break;  // stale: descend again
+        } else if (c.child == removed) {
+          DeltaView d;
+          d.type = DeltaType::kIndexTermDelete;
+          d.key = c.low;
+          d.pid = left;
+          d.next_infinite = c.next_infinite;
+          d.next = c.next;
+          PageNode* node = MakeDelta(llama_, d, 0);
+          if (llama_->UpdateD(pid, head, node)) {
+            counters_->index_posts.Add();
+          } else {
+            llama_->DiscardNode(node);
+            counters_->failed_index_posts.Add();
+          }
+          // Read again either way: the next loop sees the range's new child.
+        } else {
+          // Past the removed page's range, a route to it can only continue
+          // the routes within it (an entry spanning past a split whose post
+          // is pending): stop at the first range routed elsewhere.
+          if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
+            return Status::OK();
+          }
+          key = c.next.ToString();
+          advanced = true;
+          continue;
+        }
+        Result<const PageNode*> again = llama_->Read(pid);
+        if (!again.ok() || *again == nullptr) break;
+        head = *again;
+      }
+    }
+    return Status::Busy("bw-tree: index-term delete did not settle");
+  }
+  return Status::Busy("bw-tree: merge did not settle");
+}
+
+// ---- Scans -----------------------------------------------------------------------------
+
+Status BwTree::ReadLeaf(Slice key, bool before, Leaf* leaf) {
+  auto guard = llama_->Enter();
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Path path;
+    RETURN_IF_ERROR(Descend(key, before, 0, &path));
+    PageId pid = path.pid;
+    const PageNode* head = path.head;
+    for (int hop = 0; hop < kMaxHops; ++hop) {
+      LeafImage image;
+      Status s = GatherLeaf(head, Reader(), &image);
+      if (s.IsNotFound()) break;
+      RETURN_IF_ERROR(s);
+      if (image.removed) {
+        RETURN_IF_ERROR(CompleteMerge(pid));
+        break;
+      }
+      const BaseHeader& h = image.header;
+      const bool beyond = !h.high_infinite && (before ? key > h.high_key : key >= h.high_key);
+      if (beyond) {
+        Result<const PageNode*> next = llama_->Read(h.right_sibling);
+        if (!next.ok() || *next == nullptr) break;
+        pid = h.right_sibling;
+        head = *next;
+        continue;
+      }
+      const bool below = before ? (key <= h.low_key && !h.low_key.empty()) : key < h.low_key;
+      if (below) break;  // a stale route: start over
+      ASSIGN_OR_RETURN(std::vector<LeafRecord> records, VisibleRecords(image));
+      leaf->items.clear();
+      leaf->items.reserve(records.size());
+      for (const LeafRecord& r : records) {
+        leaf->items.push_back(Iterator::Item{r.key.ToString(), r.value.ToString(), r.lsn});
+      }
+      leaf->low = h.low_key.ToString();
+      leaf->high_infinite = h.high_infinite;
+      leaf->high = h.high_infinite ? std::string() : h.high_key.ToString();
+      return Status::OK();
+    }
+    counters_->restarts.Add();
+  }
+  return Status::Busy("bw-tree: leaf read did not settle");
+}
+
+Result<std::unique_ptr<Iterator>> BwTree::Scan(const ScanOptions& options) {
+  if (options.lower) RETURN_IF_ERROR(CheckKey(options_.limits, *options.lower));
+  if (options.upper) RETURN_IF_ERROR(CheckKey(options_.limits, *options.upper));
+  std::unique_ptr<Iterator> it(new Iterator(this, options));
+  it->Load(/*first=*/true);
+  return it;
+}
+
+Iterator::Iterator(BwTree* tree, ScanOptions options) : tree_(tree), options_(std::move(options)) {}
+
+bool Iterator::InRange(Slice key) const {
+  if (options_.lower) {
+    const int c = key.compare(*options_.lower);
+    if (c < 0 || (c == 0 && !options_.lower_inclusive)) return false;
+  }
+  if (options_.upper) {
+    const int c = key.compare(*options_.upper);
+    if (c > 0 || (c == 0 && !options_.upper_inclusive)) return false;
+  }
+  return true;
+}
+
+void Iterator::Next() {
+  if (!Valid()) return;
+  ++pos_;
+  if (pos_ >= items_.size()) Load(/*first=*/false);
+}
+
+void Iterator::Load(bool first) {
+  items_.clear();
+  pos_ = 0;
+  // Leaves are crossed in a loop: a run of empty or out-of-range leaves costs
+  // one descent each, never recursion.
+  for (;;) {
+    if (done_) return;
+    std::string from;
+    if (!options_.reverse) {
+      if (first) {
+        from = options_.lower.value_or(std::string());
+      } else {
+        if (high_infinite_) {
+          done_ = true;
+          return;
+        }
+        from = high_;
+      }
+      // Past the upper bound: nothing more.
+      if (!first && options_.upper && Slice(from) > Slice(*options_.upper)) {
+        done_ = true;
+        return;
+      }
+    } else {
+      if (first) {
+        // Just above the upper bound: the leaf holding the largest key below
+        // it (or at it, when inclusive) is found by a "before" descent.
+        from = options_.upper ? *options_.upper : KeyAboveAll(tree_->options_.limits);
+        if (options_.upper && options_.upper_inclusive) from.push_back('\0');
+      } else {
+        if (low_.empty()) {
+          done_ = true;
+          return;
+        }
+        from = low_;
+      }
+      if (!first && options_.lower && Slice(from) <= Slice(*options_.lower)) {
+        done_ = true;
+        return;
+      }
+    }
+    first = false;
+    BwTree::Leaf leaf;
+    Status s = tree_->ReadLeaf(from, options_.reverse, &leaf);
+    if (!s.ok()) {
+      status_ = s;
+      done_ = true;
+      return;
+    }
+    low_ = std::move(leaf.low);
+    high_ = std::move(leaf.high);
+    high_infinite_ = leaf.high_infinite;
+    for (Iterator::Item& item : leaf.items) {
+      if (InRange(item.key)) items_.push_back(std::move(item));
+    }
+    if (options_.reverse) std::reverse(items_.begin(), items_.end());
+    if (!items_.empty()) return;
+  }
+}
+
+// ---- Flush and Check ---------------------------------------------------------------------
+
+Status BwTree::FlushAll(uint64_t max_tag) {
+  llama::MappingTable* table = llama_->mapping_table();
+  const PageId high = table->high_water();
+  llama::LssAddress last = 0;
+  for (PageId pid = 1; pid <= high; ++pid) {
+    if (!llama::MappingTable::IsMemory(table->Load(pid))) continue;
+    auto guard = llama_->Enter();
+    for (int attempt = 0; attempt < 16; ++attempt) {
+      Result<llama::FlushResult> f = llama_->Flush(pid, max_tag, 0);
+      if (!f.ok()) {
+        if (f.status().IsNotFound()) break;
+        return f.status();
+      }
+      if (f->outcome == llama::FlushOutcome::kRaced) continue;
+      if (f->outcome == llama::FlushOutcome::kFlushed) last = std::max(last, f->end);
+      break;
+    }
+  }
+  if (last != 0) RETURN_IF_ERROR(llama_->MakeStable(last));
+  return Status::OK();
+}
+
+Status BwTree::Check() {
+  auto guard = llama_->Enter();
+  auto fail = [](PageId pid, const std::string& what) {
+    return Status::Corruption("bw-tree check: page " + std::to_string(pid) + ": " + what);
+  };
+  const PageId high_water = llama_->mapping_table()->high_water();
+  ASSIGN_OR_RETURN(const PageNode* root_head, llama_->Read(root_.load(std::memory_order_acquire)));
+  if (root_head == nullptr) return fail(root(), "root has no state");
+  ASSIGN_OR_RETURN(BaseView root_base, BaseOf(root_head));
+  PageId leftmost = root();
+  std::vector<std::pair<std::string, Record>> leaf_records;
+  for (int level = root_base.header().level; level >= 0; --level) {
+    PageId pid = leftmost;
+    std::string prev_high;  // the previous node's high key: this node's low
+    bool first = true;
+    uint64_t visited = 0;
+    PageId next_leftmost = 0;
+    for (;;) {
+      if (++visited > high_water) return fail(pid, "sibling chain has a cycle");
+      ASSIGN_OR_RETURN(const PageNode* head, llama_->Read(pid));
+      if (head == nullptr) return fail(pid, "no state");
+      // Every base on the chain must decode and be internally ordered.
+      for (const PageNode* n = head; n != nullptr; n = n->next) {
+        if (n->kind != NodeKind::kBase) continue;
+        ASSIGN_OR_RETURN(BaseView b, BaseView::Parse(PayloadOf(n)));
+        Status v = b.Validate();
+        if (!v.ok()) return fail(pid, v.ToString());
+        if (b.header().level != level) return fail(pid, "at the wrong level");
+      }
+      BaseHeader h;
+      if (level == 0) {
+        LeafImage image;
+        RETURN_IF_ERROR(GatherLeaf(head, Reader(), &image));
+        h = image.header;
+        ASSIGN_OR_RETURN(std::vector<LeafRecord> records, VisibleRecords(image));
+        for (size_t i = 0; i < records.size(); ++i) {
+          const Slice k = records[i].key;
+          if (k < h.low_key || (!h.high_infinite && k >= h.high_key)) {
+            return fail(pid, "key outside [low, high)");
+          }
+          if (i > 0 && !(records[i - 1].key < k)) return fail(pid, "keys out of order");
+          leaf_records.emplace_back(k.ToString(), Record{records[i].value.ToString(), records[i].lsn});
+        }
+      } else {
+        InnerImage image;
+        RETURN_IF_ERROR(GatherInner(head, &image));
+        h = image.header;
+        if (image.entries.empty()) return fail(pid, "inner node without entries");
+        if (image.entries.front().separator != h.low_key) return fail(pid, "first separator != low key");
+        for (size_t i = 0; i < image.entries.size(); ++i) {
+          const InnerEntry& e = image.entries[i];
+          if (i > 0 && !(image.entries[i - 1].separator < e.separator)) {
+            return fail(pid, "separators out of order");
+          }
+          if (!h.high_infinite && e.separator >= h.high_key) return fail(pid, "separator above high");
+          // The child lives one level down and holds the entry's start.
+          ASSIGN_OR_RETURN(const PageNode* child, llama_->Read(e.child));
+          if (child == nullptr) return fail(e.child, "child without state");
+          ASSIGN_OR_RETURN(BaseView cb, BaseOf(child));
+          if (cb.header().level + 1 != level) return fail(e.child, "child at the wrong level");
+          if (e.separator < cb.header().low_key) return fail(e.child, "routed keys below its low key");
+          // ... and a route never starts past the child's range (a far
+          // route would dangle once the child is merged away and freed).
+          BaseHeader ch;
+          if (cb.is_leaf()) {
+            LeafImage ci;
+            RETURN_IF_ERROR(GatherLeaf(child, Reader(), &ci));
+            ch = ci.header;
+          } else {
+            InnerImage ci;
+            RETURN_IF_ERROR(GatherInner(child, &ci));
+            ch = ci.header;
+          }
+          if (!ch.high_infinite && e.separator >= ch.high_key) {
+            return fail(e.child, "routed keys from past its high key");
+          }
+        }
+        if (first) next_leftmost = image.entries.front().child;
+      }
+      if (first) {
+        if (!h.low_key.empty()) return fail(pid, "leftmost node has a low key");
+      } else if (h.low_key != Slice(prev_high)) {
+        return fail(pid, "low key does not meet the left sibling's high key");
+      }
+      first = false;
+      if (h.high_infinite) break;
+      if (h.right_sibling == 0) return fail(pid, "finite high key without a right sibling");
+      prev_high = h.high_key.ToString();
+      pid = h.right_sibling;
+    }
+    leftmost = next_leftmost;
+  }
+  // Every key is found again from the root, with the same value and LSN.
+  for (const auto& [key, rec] : leaf_records) {
+    Located loc;
+    RETURN_IF_ERROR(Locate(key, &loc));
+    if (loc.r.outcome != LookupOutcome::kFound || loc.r.value != Slice(rec.value) ||
+        loc.r.lsn != rec.lsn) {
+      return Status::Corruption("bw-tree check: key '" + key + "' not reachable from the root");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace deuteron::bwtree

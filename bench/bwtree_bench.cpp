@@ -96,7 +96,9 @@ class DataSet {
         case KeyKind::kString32:
           for (size_t j = 0; j < key_size_; j += 8) {
             uint64_t r = rnd.Next();
-            for (size_t b = 0; b < 8 && j + b < key_size_; ++b, r >>= 6) k[j + b] = kAlphabet[r & 63];
+            for (size_t b = 0; b < 8 && j + b < key_size_; ++b, r >>= 6) {
+              k[j + b] = kAlphabet[r & 63];
+            }
           }
           break;
       }
@@ -142,7 +144,9 @@ Plan MakePlan(const Workload& w, size_t n, int threads) {
     Random64 rnd(0x100cu + t);
     const size_t lookups = n / t_count;
     p.lookups[t].reserve(lookups);
-    for (size_t k = 0; k < lookups; ++k) p.lookups[t].push_back(static_cast<uint32_t>(rnd.Uniform(n)));
+    for (size_t k = 0; k < lookups; ++k) {
+      p.lookups[t].push_back(static_cast<uint32_t>(rnd.Uniform(n)));
+    }
   }
   return p;
 }
@@ -352,7 +356,8 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("flushes", ls.flushes)
       .Set("llama_memory_bytes", llama_memory)
       .Set("heap_bytes", heap)
-      .Set("heap_bytes_per_record", Ratio(static_cast<double>(heap), static_cast<double>(data.size())));
+      .Set("heap_bytes_per_record",
+           Ratio(static_cast<double>(heap), static_cast<double>(data.size())));
   ins.SetString("check", check.ok() ? "passed" : "failed");
   ins.Print();
 
@@ -418,7 +423,8 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
 
   PhaseLine(w, "std_map", "insert", threads, run.insert)
       .Set("heap_bytes", heap)
-      .Set("heap_bytes_per_record", Ratio(static_cast<double>(heap), static_cast<double>(data.size())))
+      .Set("heap_bytes_per_record",
+           Ratio(static_cast<double>(heap), static_cast<double>(data.size())))
       .Print();
   PhaseLine(w, "std_map", "lookup", threads, run.lookup).Print();
   return run;

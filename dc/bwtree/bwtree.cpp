@@ -136,6 +136,11 @@ struct BwTree::Counters {
 struct BwTree::Path {
   PageId pid = 0;
   const PageNode* head = nullptr;
+  // Whether a parent's entry routed to pid (not a B-link move); then its
+  // level and the routed range's start (a slice into the parent's chain).
+  bool routed = false;
+  uint32_t parent_level = 0;
+  Slice route_low;
 };
 
 struct BwTree::Leaf {
@@ -247,24 +252,39 @@ Status BwTree::Bootstrap() {
 // ---- Descent ----------------------------------------------------------------------
 
 Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path) {
+  constexpr uint32_t kAnyLevel = std::numeric_limits<uint32_t>::max();
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (attempt > 0) counters_->restarts.Add();
     PageId pid = root_.load(std::memory_order_acquire);
+    Path at;  // the route that led to pid, if a parent's entry did
+    uint32_t expect = kAnyLevel;
     bool tried_consolidate = false;
     for (int hop = 0; hop < kMaxHops; ++hop) {
       Result<const PageNode*> read = llama_->Read(pid);
-      if (!read.ok()) {
-        if (read.status().IsNotFound()) break;  // freed under us: start over
-        return read.status();
+      if (!read.ok() && !read.status().IsNotFound()) return read.status();
+      const PageNode* head = read.ok() ? *read : nullptr;
+      // B-link rule: any page of the right level whose low key is at or
+      // below the key is a correct place to continue from (right moves do
+      // the rest). A route to anything else (a freed page, or a PID reused
+      // at another level or range) is stale: repair it and start over.
+      bool stale = head == nullptr;
+      uint32_t level = 0;
+      if (!stale) {
+        ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
+        level = base.header().level;
+        const Slice low = base.header().low_key;
+        stale = (expect != kAnyLevel && level != expect) ||
+                (before ? (!low.empty() && key <= low) : key < low);
       }
-      const PageNode* head = *read;
-      if (head == nullptr) return Status::Corruption("bw-tree: reachable page without state");
-      ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
-      const uint32_t level = base.header().level;
+      if (stale) {
+        if (at.routed) RETURN_IF_ERROR(RepairRoute(at.parent_level, at.route_low, pid));
+        break;
+      }
       if (level < target_level) return Status::NotFound("bw-tree: no such level");
       if (level == target_level) {
-        path->pid = pid;
-        path->head = head;
+        at.pid = pid;
+        at.head = head;
+        *path = at;
         return Status::OK();
       }
       if (!tried_consolidate && DeltaCount(head) > options_.inner_delta_threshold) {
@@ -273,9 +293,13 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         continue;
       }
       ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before));
+      tried_consolidate = false;
       if (c.outcome == LookupOutcome::kFound) {
+        at.routed = true;
+        at.parent_level = level;
+        at.route_low = c.low;
+        expect = level - 1;
         pid = c.child;
-        tried_consolidate = false;
         continue;
       }
       if (c.outcome != LookupOutcome::kRedirect) break;  // stale route: start over
@@ -283,11 +307,24 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         // A split (or a B-link move) whose index entry is missing: help post it.
         RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
       }
+      at.routed = false;
+      expect = level;
       pid = c.redirect;
-      tried_consolidate = false;
     }
   }
   return Status::Busy("bw-tree: descent did not settle");
+}
+
+Status BwTree::RepairRoute(uint32_t parent_level, Slice route_low, PageId bad) {
+  if (route_low.empty()) return Status::OK();  // the leftmost pages are never freed
+  const std::string low = route_low.ToString();
+  // Hand the range to the page holding the keys just below it.
+  Path pred;
+  RETURN_IF_ERROR(Descend(low, /*before=*/true, parent_level - 1, &pred));
+  if (pred.pid == bad) return Status::OK();
+  counters_->helped_smos.Add();
+  RETURN_IF_ERROR(Reroute(parent_level, low, bad, pred.pid));
+  return SettleRoute(parent_level, low, pred.pid, 0);
 }
 
 // The leaf holding `key` and the key's state there. pid/head name the page a
@@ -318,6 +355,11 @@ Status BwTree::Locate(Slice key, Located* out) {
         case LookupOutcome::kRemoved:
           counters_->helped_smos.Add();
           RETURN_IF_ERROR(CompleteMerge(pid));
+          // A route left pointing at the removed page (one past its range,
+          // which its merge does not scan) goes to its left neighbour.
+          if (pid == path.pid && path.routed) {
+            RETURN_IF_ERROR(RepairRoute(path.parent_level, path.route_low, pid));
+          }
           restart = true;
           break;
         case LookupOutcome::kRedirect: {
@@ -512,7 +554,15 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   // before the siblings' frees, so that no recovery sees a free without the
   // base that replaced the freed state (the LSS is stable in prefix order).
   for (int attempt = 0; attempt < 16; ++attempt) {
-    ASSIGN_OR_RETURN(llama::FlushResult f, llama_->Flush(pid, FlushBound(), 0));
+    Result<llama::FlushResult> flushed = llama_->Flush(pid, FlushBound(), 0);
+    if (!flushed.ok()) {
+      if (!flushed.status().IsNotFound()) return flushed.status();
+      // This page was merged away and freed meanwhile: its left neighbour,
+      // which now holds the records, was written before that free.
+      for (PageId r : image.merged) RETURN_IF_ERROR(FreePage(r));
+      return Status::OK();
+    }
+    const llama::FlushResult& f = *flushed;
     if (f.outcome == llama::FlushOutcome::kRaced) continue;
     if (f.outcome == llama::FlushOutcome::kBlocked) return Status::OK();  // keep the siblings
     for (PageId r : image.merged) RETURN_IF_ERROR(FreePage(r));
@@ -653,6 +703,89 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
 
 Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
                               bool span, const std::optional<std::string>& until) {
+  std::vector<std::string> posted;
+  return PostRanges(parent_level, separator, left, right, span, until, &posted);
+}
+
+// A route posted to `target` for the range starting at `key` must land on a
+// page that (still) holds the key. Whoever changes a page's range writes the
+// page first and then reads the parents (a split's posts, a merge's
+// index-term deletes); whoever posts a route writes the parent first and then
+// reads the page here. So one of the two always sees the other: either the
+// page's change saw this route and moved it, or this check sees the change
+// and moves the route itself: to the split's new sibling, through the merge
+// (which redirects routes to a removed page), or back to `fallback` when the
+// page is already freed. Until then a reader of a stale route only starts
+// over: a freed PID is not reused while this thread's guard is held.
+Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target,
+                           PageId fallback) {
+  for (int i = 0; i < kMaxHops; ++i) {
+    Result<const PageNode*> r = llama_->Read(target);
+    if (!r.ok() || *r == nullptr) {
+      if (r.ok() || !r.status().IsNotFound()) return r.status();
+      if (fallback == 0) return Status::OK();
+      RETURN_IF_ERROR(Reroute(level, key, target, fallback));
+      target = fallback;
+      fallback = 0;
+      continue;
+    }
+    ASSIGN_OR_RETURN(LookupResult route, RouteOf(*r, key, false));
+    if (route.outcome == LookupOutcome::kRemoved) {
+      RETURN_IF_ERROR(CompleteMerge(target));
+      Result<const PageNode*> after = llama_->Read(target);
+      if (after.ok()) return Status::OK();  // the merge's scan moved the route
+      continue;                             // freed first: move it here
+    }
+    if (route.outcome != LookupOutcome::kRedirect || route.redirect_kind == RedirectKind::kMerge) {
+      return Status::OK();  // the page holds the key (itself or through a merge)
+    }
+    RETURN_IF_ERROR(Reroute(level, key, target, route.redirect));
+    fallback = target;
+    target = route.redirect;
+  }
+  return Status::OK();
+}
+
+Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Path path;
+    RETURN_IF_ERROR(Descend(key, false, level, &path));
+    PageId pid = path.pid;
+    const PageNode* head = path.head;
+    for (int hop = 0; hop < kMaxHops; ++hop) {
+      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
+      if (c.outcome == LookupOutcome::kRedirect) {
+        pid = c.redirect;
+      } else if (c.outcome != LookupOutcome::kFound) {
+        break;
+      } else if (c.child != from) {
+        return Status::OK();
+      } else {
+        DeltaView d;
+        d.type = DeltaType::kIndexTermDelete;
+        d.key = c.low;
+        d.pid = to;
+        d.next_infinite = c.next_infinite;
+        d.next = c.next;
+        PageNode* node = MakeDelta(llama_, d, 0);
+        if (llama_->UpdateD(pid, head, node)) {
+          counters_->index_posts.Add();
+          return Status::OK();  // the caller settles the new route
+        }
+        llama_->DiscardNode(node);
+        counters_->failed_index_posts.Add();
+      }
+      Result<const PageNode*> next = llama_->Read(pid);
+      if (!next.ok() || *next == nullptr) break;
+      head = *next;
+    }
+  }
+  return Status::Busy("bw-tree: reroute did not settle");
+}
+
+Status BwTree::PostRanges(uint32_t parent_level, Slice separator, PageId left, PageId right,
+                          bool span, const std::optional<std::string>& until,
+                          std::vector<std::string>* posted) {
   std::string key = separator.ToString();  // the caller's slice may go stale
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     const PageId root = root_.load(std::memory_order_acquire);
@@ -682,6 +815,18 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
       }
       if (c.outcome != LookupOutcome::kFound) break;
       if (c.child == left) {
+        // Post only what `left` still hands to `right` (a helper's view of
+        // `left` may be old: `right` may be merged back and freed since).
+        Result<const PageNode*> left_head = llama_->Read(left);
+        if (!left_head.ok() || *left_head == nullptr) {
+          return left_head.ok() || left_head.status().IsNotFound() ? Status::OK()
+                                                                   : left_head.status();
+        }
+        ASSIGN_OR_RETURN(LookupResult route, RouteOf(*left_head, key, false));
+        if (route.outcome != LookupOutcome::kRedirect || route.redirect != right ||
+            route.redirect_kind == RedirectKind::kMerge) {
+          return Status::OK();
+        }
         DeltaView d;
         d.type = DeltaType::kIndexEntry;
         d.key = key;
@@ -689,20 +834,20 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
         d.next_infinite = c.next_infinite;
         d.next = c.next;
         PageNode* node = MakeDelta(llama_, d, 0);
-        if (llama_->UpdateD(pid, head, node)) {
-          counters_->index_posts.Add();
-          if (DeltaCount(node) > options_.inner_delta_threshold) {
-            RETURN_IF_ERROR(MaybeRestructure(pid, parent_level, nullptr));
-          }
-        } else {
+        if (!llama_->UpdateD(pid, head, node)) {
           llama_->DiscardNode(node);
           counters_->failed_index_posts.Add();
+          Result<const PageNode*> again = llama_->Read(pid);
+          if (!again.ok() || *again == nullptr) break;
+          head = *again;
+          continue;
         }
-        // Read again either way: the next pass sees the range's new child.
-        Result<const PageNode*> again = llama_->Read(pid);
-        if (!again.ok() || *again == nullptr) break;
-        head = *again;
-        continue;
+        counters_->index_posts.Add();
+        posted->push_back(key);
+        RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
+        if (DeltaCount(node) > options_.inner_delta_threshold) {
+          RETURN_IF_ERROR(MaybeRestructure(pid, parent_level, nullptr));
+        }
       }
       // This range is posted (or routed elsewhere). A split hands the new
       // sibling every range up to its high key that still routes to the
@@ -913,9 +1058,11 @@ Status BwTree::CompleteMerge(PageId removed) {
           d.pid = left;
           d.next_infinite = c.next_infinite;
           d.next = c.next;
+          const std::string range_low = c.low.ToString();
           PageNode* node = MakeDelta(llama_, d, 0);
           if (llama_->UpdateD(pid, head, node)) {
             counters_->index_posts.Add();
+            RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
           } else {
             llama_->DiscardNode(node);
             counters_->failed_index_posts.Add();
@@ -958,6 +1105,9 @@ Status BwTree::ReadLeaf(Slice key, bool before, Leaf* leaf) {
       RETURN_IF_ERROR(s);
       if (image.removed) {
         RETURN_IF_ERROR(CompleteMerge(pid));
+        if (pid == path.pid && path.routed) {
+          RETURN_IF_ERROR(RepairRoute(path.parent_level, path.route_low, pid));
+        }
         break;
       }
       const BaseHeader& h = image.header;
@@ -1160,21 +1310,6 @@ Status BwTree::Check() {
           ASSIGN_OR_RETURN(BaseView cb, BaseOf(child));
           if (cb.header().level + 1 != level) return fail(e.child, "child at the wrong level");
           if (e.separator < cb.header().low_key) return fail(e.child, "routed keys below its low key");
-          // ... and a route never starts past the child's range (a far
-          // route would dangle once the child is merged away and freed).
-          BaseHeader ch;
-          if (cb.is_leaf()) {
-            LeafImage ci;
-            RETURN_IF_ERROR(GatherLeaf(child, Reader(), &ci));
-            ch = ci.header;
-          } else {
-            InnerImage ci;
-            RETURN_IF_ERROR(GatherInner(child, &ci));
-            ch = ci.header;
-          }
-          if (!ch.high_infinite && e.separator >= ch.high_key) {
-            return fail(e.child, "routed keys from past its high key");
-          }
         }
         if (first) next_leftmost = image.entries.front().child;
       }

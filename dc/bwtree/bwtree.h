@@ -235,6 +235,16 @@ class BwTree {
   // still routed to `left`, up to `until` (none: no end).
   Status PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
                         bool span = false, const std::optional<std::string>& until = {});
+  Status PostRanges(uint32_t parent_level, Slice separator, PageId left, PageId right, bool span,
+                    const std::optional<std::string>& until, std::vector<std::string>* posted);
+  // After a route to `target` for the range at `key` was posted: moves it
+  // if `target` no longer holds the key (see the .cpp).
+  Status SettleRoute(uint32_t level, const std::string& key, PageId target, PageId fallback);
+  // A parent's route at `route_low` led to `bad` (freed, removed, or not
+  // holding the key): hands the range to the page just below it.
+  Status RepairRoute(uint32_t parent_level, Slice route_low, PageId bad);
+  // Hands the range routing `key` at `level` from child `from` to `to`.
+  Status Reroute(uint32_t level, Slice key, PageId from, PageId to);
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
                   bool* retry);
   Status StartMerge(PageId pid);

@@ -157,7 +157,7 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
     DriverOptions d;
     d.keys = interleaved ? SpaceKeys(0, key_space, static_cast<uint64_t>(threads), ut)
                          : SpaceKeys(ut * per, (ut + 1) * per);
-    d.phase_steps = steps / 2;
+    d.phase_steps = steps;  // rounds alternate growing and shrinking
     drivers.push_back(std::make_unique<Driver>(tree.get(), &lsn, TrailingPurge(&lsn), d,
                                                seed + 1000003 * ut, t));
   }
@@ -193,9 +193,9 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
 
 TEST_CASE("Threads on disjoint key ranges each match their model", "[dc][bwtree][model]") {
   const uint64_t seed = TestSeed();
-  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 1200, 3, 400); }
-  SECTION("3 threads, interleaved keys") { RunDisjoint(seed, 3, true, 1200, 3, 300); }
-  SECTION("4 threads, interleaved keys") { RunDisjoint(seed, 4, true, 600, 2, 300); }
+  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 600, 3, 400); }
+  SECTION("3 threads, interleaved keys") { RunDisjoint(seed, 3, true, 600, 3, 300); }
+  SECTION("4 threads, interleaved keys") { RunDisjoint(seed, 4, true, 600, 3, 200); }
 }
 
 TEST_CASE("Threads on disjoint key ranges each match their model (long)",
@@ -251,6 +251,9 @@ struct Shared {
   std::vector<std::atomic<uint64_t>> done;
   std::atomic<uint64_t> lsn{0};
   std::function<uint64_t()> purge;
+  // Set by the first thread that fails: the others stop too, so the tree
+  // after joining is the one the failure saw.
+  std::atomic<bool> stop{false};
 };
 
 class OverlapWorker {
@@ -259,15 +262,15 @@ class OverlapWorker {
       : tree_(tree), shared_(shared), seed_(seed), rnd_(seed), id_(id) {}
 
   bool Run(int steps) {
-    for (int i = 0; i < steps && failure_.empty(); ++i, ++step_) Step();
+    for (int i = 0; i < steps && failure_.empty() && !shared_->stop.load(); ++i, ++step_) Step();
     return failure_.empty();
   }
   const std::string& failure() const { return failure_; }
-  uint64_t lock_free_reads() const { return lock_free_reads_; }
 
  private:
   void Fail(const std::string& what) {
     if (!failure_.empty()) return;
+    shared_->stop = true;
     failure_ = "thread " + std::to_string(id_) + " (seed " + std::to_string(seed_) + ") step " +
                std::to_string(step_) + ": " + what + "\n  last operations, oldest first:\n";
     for (const std::string& op : recent_) failure_ += "    " + op + "\n";
@@ -318,7 +321,7 @@ class OverlapWorker {
       state = ModelRecord{value, lsn, del};
       shared_->done[i].store(lsn);
     }
-    const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge());
+    const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge);
     if (!diff.empty()) {
       Fail("read back under the key's lock: " + diff + "; the key's writes:" + shared_->history[i]);
     }
@@ -329,7 +332,7 @@ class OverlapWorker {
     std::lock_guard<std::mutex> lock(shared_->mu[i]);
     Note("locked Get " + Esc(key));
     const std::optional<ModelRecord>& state = shared_->state[i];
-    const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge());
+    const std::string diff = CompareRecord(tree_, key, state ? &*state : nullptr, shared_->purge);
     if (!diff.empty()) Fail("under the key's lock: " + diff + "; the key's writes:" + shared_->history[i]);
   }
 
@@ -339,7 +342,6 @@ class OverlapWorker {
     auto got = tree_->Get(key);
     auto lsn = tree_->GetLsn(key);
     const uint64_t after = shared_->lsn.load();
-    ++lock_free_reads_;
     Note("Get " + Esc(key) + " (done before: " + std::to_string(before) + ")");
     uint64_t floor = before;
     if (got.ok()) {
@@ -394,7 +396,7 @@ class OverlapWorker {
   const int id_;
   std::vector<std::string> recent_;
   std::string failure_;
-  uint64_t step_ = 0, lock_free_reads_ = 0;
+  uint64_t step_ = 0;
 };
 
 void RunOverlapping(uint64_t seed, int threads, uint64_t key_space, int rounds, int steps) {

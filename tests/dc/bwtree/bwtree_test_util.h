@@ -267,12 +267,15 @@ class Model {
 };
 
 // Compares the tree's view of one key with `want` (null: never written), as
-// text (empty when they agree). `purge_below`: tombstones with a smaller LSN
-// may have been purged (GetLsn then says 0). No Catch: any thread.
+// text (empty when they agree). Tombstones with an LSN below `purge_below()`
+// may have been purged (GetLsn then says 0); it is read after the lookups,
+// since with other threads writing the tree's purge bound moves meanwhile.
+// No Catch: any thread.
 inline std::string CompareRecord(BwTree* tree, const std::string& key, const ModelRecord* want,
-                                 uint64_t purge_below) {
+                                 const std::function<uint64_t()>& purge) {
   auto got = tree->Get(key);
   auto lsn = tree->GetLsn(key);
+  const uint64_t purge_below = purge ? purge() : 0;
   std::string why;
   if (!lsn.ok()) {
     why = "GetLsn failed: " + lsn.status().ToString();
@@ -298,6 +301,11 @@ inline std::string CompareRecord(BwTree* tree, const std::string& key, const Mod
   }
   if (why.empty()) return why;
   return "key " + Esc(key) + ":" + why;
+}
+
+inline std::string CompareRecord(BwTree* tree, const std::string& key, const ModelRecord* want,
+                                 uint64_t purge_below) {
+  return CompareRecord(tree, key, want, [purge_below] { return purge_below; });
 }
 
 inline std::string CompareKey(BwTree* tree, const Model& model, const std::string& key,
@@ -478,7 +486,8 @@ class Driver {
   }
 
   void Verify(const std::string& key) {
-    const std::string diff = CompareKey(tree_, model_, key, PurgeBelow());
+    const std::string diff =
+        CompareRecord(tree_, key, model_.Find(key), [this] { return PurgeBelow(); });
     if (!diff.empty()) Fail(diff);
   }
 

@@ -142,6 +142,7 @@ Totals Run(uint64_t seed, const Config& c) {
   lo.eviction_flush_bound = esl_fn;
 
   std::vector<std::unique_ptr<Driver>> drivers;
+  std::atomic<bool> stop{false};
   std::vector<std::string> all_keys;
   for (int t = 0; t < c.threads; ++t) {
     DriverOptions d;
@@ -155,6 +156,7 @@ Totals Run(uint64_t seed, const Config& c) {
     d.log_writes = c.cycles > 0;
     drivers.push_back(std::make_unique<Driver>(nullptr, &lsn, esl_fn, d,
                                                seed + 1000003 * static_cast<uint64_t>(t), t));
+    drivers.back()->set_stop(&stop);
   }
   std::sort(all_keys.begin(), all_keys.end());
 

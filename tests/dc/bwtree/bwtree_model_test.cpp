@@ -151,6 +151,7 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
   o.purge_bound = TrailingPurge(&lsn);
   auto tree = OpenTree(l.get(), o);
   std::vector<std::unique_ptr<Driver>> drivers;
+  std::atomic<bool> stop{false};
   const uint64_t per = key_space / static_cast<uint64_t>(threads);
   for (int t = 0; t < threads; ++t) {
     const uint64_t ut = static_cast<uint64_t>(t);
@@ -160,6 +161,7 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
     d.phase_steps = steps;  // rounds alternate growing and shrinking
     drivers.push_back(std::make_unique<Driver>(tree.get(), &lsn, TrailingPurge(&lsn), d,
                                                seed + 1000003 * ut, t));
+    drivers.back()->set_stop(&stop);
   }
   for (int round = 0; round < rounds; ++round) {
     INFO("round " << round);

@@ -398,7 +398,7 @@ class Driver {
 
   // Runs up to `steps` steps; false at the first disagreement.
   bool Run(int steps) {
-    for (int i = 0; i < steps && failure_.empty(); ++i) {
+    for (int i = 0; i < steps && failure_.empty() && (stop_ == nullptr || !stop_->load()); ++i) {
       Step();
       ++step_;
     }
@@ -424,6 +424,9 @@ class Driver {
   uint64_t scans() const { return scans_; }
   // After a reopen.
   void set_tree(BwTree* tree) { tree_ = tree; }
+  // A flag shared by drivers on other threads: the first failure sets it and
+  // every driver stops, so the tree after joining is the one it saw.
+  void set_stop(std::atomic<bool>* stop) { stop_ = stop; }
   uint64_t PurgeBelow() const { return purge_below_ ? purge_below_() : 0; }
 
  private:
@@ -438,6 +441,7 @@ class Driver {
 
   void Fail(const std::string& what) {
     if (!failure_.empty()) return;
+    if (stop_ != nullptr) stop_->store(true);
     failure_ = "driver " + std::to_string(id_) + " (seed " + std::to_string(seed_) + ") step " +
                std::to_string(step_) + ": " + what + "\n  last operations, oldest first:\n";
     for (const std::string& op : recent_) failure_ += "    " + op + "\n";
@@ -561,6 +565,7 @@ class Driver {
   std::vector<LoggedWrite> log_;
   std::vector<std::string> recent_;
   std::string failure_;
+  std::atomic<bool>* stop_ = nullptr;
   uint64_t step_ = 0, writes_ = 0, scans_ = 0;
 };
 

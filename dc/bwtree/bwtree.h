@@ -190,6 +190,7 @@ class BwTree {
     uint64_t index_posts = 0, failed_index_posts = 0;  // entries / term deletes
     uint64_t helped_smos = 0;             // unfinished SMOs completed by others
     uint64_t restarts = 0;                // descents started over from the root
+    // Leaf chain lengths seen by point operations (sampled 1 in 16).
     uint64_t chains_seen = 0, chain_length_sum = 0, chain_length_max = 0;
     uint64_t pages_freed = 0;
     uint32_t height = 0;                  // levels, the leaves included
@@ -253,7 +254,7 @@ class BwTree {
                                         const llama::PageNode** left_head, bool* merged_in);
   Status FreePage(PageId pid);
 
-  void NoteChain(size_t length);
+  void NoteChain(const llama::PageNode* head);
 
   llama::Llama* const llama_;
   const BwTreeOptions options_;

@@ -1216,7 +1216,12 @@ void Iterator::Load(bool first) {
         return;
       }
     }
+    const bool was_first = first;
     first = false;
+    if (options_.reverse && from.empty()) {  // nothing lies below the empty key
+      done_ = true;
+      return;
+    }
     BwTree::Leaf leaf;
     Status s = tree_->ReadLeaf(from, options_.reverse, &leaf);
     if (!s.ok()) {
@@ -1228,7 +1233,14 @@ void Iterator::Load(bool first) {
     high_ = std::move(leaf.high);
     high_infinite_ = leaf.high_infinite;
     for (Iterator::Item& item : leaf.items) {
-      if (InRange(item.key)) items_.push_back(std::move(item));
+      if (!InRange(item.key)) continue;
+      // A leaf found after concurrent merges may also cover keys already
+      // returned: keep only those past the previous leaf's boundary.
+      if (!was_first && (options_.reverse ? Slice(item.key) >= Slice(from)
+                                          : Slice(item.key) < Slice(from))) {
+        continue;
+      }
+      items_.push_back(std::move(item));
     }
     if (options_.reverse) std::reverse(items_.begin(), items_.end());
     if (!items_.empty()) return;

@@ -162,7 +162,7 @@ class BwTree {
   }
   Status Delete(Slice key, uint64_t lsn) { return Write(WriteKind::kDelete, key, Slice(), lsn); }
 
-  // A scan. InvalidArgument for bounds over the key limit.
+  // A scan. TooLarge for bounds over the key limit (as for writes).
   Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
 
   // Flushes every page that is in memory with unflushed nodes under

@@ -498,9 +498,10 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
   const PageNode* head = *read;
   if (head == nullptr || HasStructureDelta(head)) return Status::OK();
   if (level == 0) {
-    LeafImage image;
-    RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
-    const size_t records = image.base.size() + image.deltas.size();
+    // Sized from the base's count and the kept deltas: no gather needed.
+    size_t deltas = 0;
+    ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
+    const size_t records = base.count() + deltas;
     size_t bytes = 0;
     for (const PageNode* n = head; n != nullptr; n = n->next) {
       if (n->is_data()) bytes += n->size;
@@ -509,7 +510,7 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
       return SplitNode(pid, 0);
     }
     if (options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
-        !image.header.low_key.empty()) {
+        !base.header().low_key.empty()) {
       return StartMerge(pid);
     }
     return Status::OK();

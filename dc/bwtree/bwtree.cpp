@@ -148,6 +148,14 @@ struct BwTree::Path {
   Slice route_low;
 };
 
+// A parent's route for a key: the page at the parent level whose range holds
+// the key, the state read, and the routed range.
+struct BwTree::Route {
+  PageId pid = 0;
+  const PageNode* head = nullptr;
+  ChildLookup c;
+};
+
 struct BwTree::Leaf {
   std::vector<Iterator::Item> items;
   std::string low, high;
@@ -757,38 +765,52 @@ Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target
   return Status::OK();
 }
 
+Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
+  Path path;
+  RETURN_IF_ERROR(Descend(key, false, level, &path));
+  PageId pid = path.pid;
+  const PageNode* head = path.head;
+  for (int hop = 0; hop < kMaxHops; ++hop) {
+    ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
+    if (c.outcome == LookupOutcome::kFound) {
+      *out = Route{pid, head, c};
+      return true;
+    }
+    if (c.outcome != LookupOutcome::kRedirect) return false;
+    Result<const PageNode*> next = llama_->Read(c.redirect);
+    if (!next.ok() || *next == nullptr) return false;
+    pid = c.redirect;
+    head = *next;
+  }
+  return false;
+}
+
+const PageNode* BwTree::PostRoute(const Route& route, DeltaType type, Slice low, PageId child) {
+  DeltaView d;
+  d.type = type;
+  d.key = low;
+  d.pid = child;
+  d.next_infinite = route.c.next_infinite;
+  d.next = route.c.next;
+  PageNode* node = MakeDelta(llama_, d, 0);
+  if (llama_->UpdateD(route.pid, route.head, node)) {
+    counters_->index_posts.Add();
+    return node;
+  }
+  llama_->DiscardNode(node);
+  counters_->failed_index_posts.Add();
+  return nullptr;
+}
+
 Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-    Path path;
-    RETURN_IF_ERROR(Descend(key, false, level, &path));
-    PageId pid = path.pid;
-    const PageNode* head = path.head;
-    for (int hop = 0; hop < kMaxHops; ++hop) {
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-      if (c.outcome == LookupOutcome::kRedirect) {
-        pid = c.redirect;
-      } else if (c.outcome != LookupOutcome::kFound) {
-        break;
-      } else if (c.child != from) {
-        return Status::OK();
-      } else {
-        DeltaView d;
-        d.type = DeltaType::kIndexTermDelete;
-        d.key = c.low;
-        d.pid = to;
-        d.next_infinite = c.next_infinite;
-        d.next = c.next;
-        PageNode* node = MakeDelta(llama_, d, 0);
-        if (llama_->UpdateD(pid, head, node)) {
-          counters_->index_posts.Add();
-          return Status::OK();  // the caller settles the new route
-        }
-        llama_->DiscardNode(node);
-        counters_->failed_index_posts.Add();
-      }
-      Result<const PageNode*> next = llama_->Read(pid);
-      if (!next.ok() || *next == nullptr) break;
-      head = *next;
+    Route route;
+    ASSIGN_OR_RETURN(bool found, FindRoute(level, key, &route));
+    if (!found) continue;
+    if (route.c.child != from) return Status::OK();
+    // The caller settles the new route.
+    if (PostRoute(route, DeltaType::kIndexTermDelete, route.c.low, to) != nullptr) {
+      return Status::OK();
     }
   }
   return Status::Busy("bw-tree: reroute did not settle");
@@ -811,65 +833,38 @@ Status BwTree::PostRanges(uint32_t parent_level, Slice separator, PageId left, P
       if (retry) continue;
       return Status::OK();
     }
-    Path path;
-    RETURN_IF_ERROR(Descend(key, false, parent_level, &path));
-    PageId pid = path.pid;
-    const PageNode* head = path.head;
-    for (int hop = 0; hop < kMaxHops; ++hop) {
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-      if (c.outcome == LookupOutcome::kRedirect) {
-        pid = c.redirect;
-        Result<const PageNode*> next = llama_->Read(pid);
-        if (!next.ok() || *next == nullptr) break;
-        head = *next;
-        continue;
+    Route route;
+    ASSIGN_OR_RETURN(bool found, FindRoute(parent_level, key, &route));
+    if (!found) continue;
+    const ChildLookup& c = route.c;
+    if (c.child == left) {
+      // Post only what `left` still hands to `right` (a helper's view of
+      // `left` may be old: `right` may be merged back and freed since).
+      Result<const PageNode*> left_head = llama_->Read(left);
+      if (!left_head.ok() || *left_head == nullptr) {
+        return left_head.ok() || left_head.status().IsNotFound() ? Status::OK()
+                                                                 : left_head.status();
       }
-      if (c.outcome != LookupOutcome::kFound) break;
-      if (c.child == left) {
-        // Post only what `left` still hands to `right` (a helper's view of
-        // `left` may be old: `right` may be merged back and freed since).
-        Result<const PageNode*> left_head = llama_->Read(left);
-        if (!left_head.ok() || *left_head == nullptr) {
-          return left_head.ok() || left_head.status().IsNotFound() ? Status::OK()
-                                                                   : left_head.status();
-        }
-        ASSIGN_OR_RETURN(LookupResult route, RouteOf(*left_head, key, false));
-        if (route.outcome != LookupOutcome::kRedirect || route.redirect != right ||
-            route.redirect_kind == RedirectKind::kMerge) {
-          return Status::OK();
-        }
-        DeltaView d;
-        d.type = DeltaType::kIndexEntry;
-        d.key = key;
-        d.pid = right;
-        d.next_infinite = c.next_infinite;
-        d.next = c.next;
-        PageNode* node = MakeDelta(llama_, d, 0);
-        if (!llama_->UpdateD(pid, head, node)) {
-          llama_->DiscardNode(node);
-          counters_->failed_index_posts.Add();
-          Result<const PageNode*> again = llama_->Read(pid);
-          if (!again.ok() || *again == nullptr) break;
-          head = *again;
-          continue;
-        }
-        counters_->index_posts.Add();
-        posted->push_back(key);
-        RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
-        if (DeltaCount(node) > options_.inner_delta_threshold) {
-          RETURN_IF_ERROR(MaybeRestructure(pid, parent_level, nullptr));
-        }
+      ASSIGN_OR_RETURN(LookupResult to, RouteOf(*left_head, key, false));
+      if (to.outcome != LookupOutcome::kRedirect || to.redirect != right ||
+          to.redirect_kind == RedirectKind::kMerge) {
+        return Status::OK();
       }
-      // This range is posted (or routed elsewhere). A split hands the new
-      // sibling every range up to its high key that still routes to the
-      // left page, in whichever parent it is, so that no parent routes to a
-      // page keys outside its range (the merge's index-term deletes rely on
-      // that).
-      if (!span || c.next_infinite) return Status::OK();
-      key = c.next.ToString();
-      if (until && Slice(key) >= Slice(*until)) return Status::OK();
-      break;
+      const PageNode* node = PostRoute(route, DeltaType::kIndexEntry, key, right);
+      if (node == nullptr) continue;
+      posted->push_back(key);
+      RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
+      if (DeltaCount(node) > options_.inner_delta_threshold) {
+        RETURN_IF_ERROR(MaybeRestructure(route.pid, parent_level, nullptr));
+      }
     }
+    // This range is posted (or routed elsewhere). A split hands the new
+    // sibling every range up to its high key that still routes to the left
+    // page, in whichever parent it is, so that no parent routes to a page
+    // keys outside its range (the merge's index-term deletes rely on that).
+    if (!span || c.next_infinite) return Status::OK();
+    key = c.next.ToString();
+    if (until && Slice(key) >= Slice(*until)) return Status::OK();
   }
   return Status::Busy("bw-tree: index entry post did not settle");
 }
@@ -1050,50 +1045,26 @@ Status BwTree::CompleteMerge(PageId removed) {
     // 2. No parent routes to the removed page any more: each range routed
     // to it is handed to the left neighbour.
     std::string key = low;
-    for (int step = 0; step < kMaxHops; ++step) {
-      Path path;
-      RETURN_IF_ERROR(Descend(key, false, 1, &path));
-      PageId pid = path.pid;
-      const PageNode* head = path.head;
-      bool advanced = false;
-      for (int hop = 0; hop < kMaxHops && !advanced; ++hop) {
-        ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-        if (c.outcome == LookupOutcome::kRedirect) {
-          pid = c.redirect;
-        } else if (c.outcome != LookupOutcome::kFound) {
-          break;  // stale: descend again
-        } else if (c.child == removed) {
-          DeltaView d;
-          d.type = DeltaType::kIndexTermDelete;
-          d.key = c.low;
-          d.pid = left;
-          d.next_infinite = c.next_infinite;
-          d.next = c.next;
-          const std::string range_low = c.low.ToString();
-          PageNode* node = MakeDelta(llama_, d, 0);
-          if (llama_->UpdateD(pid, head, node)) {
-            counters_->index_posts.Add();
-            RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
-          } else {
-            llama_->DiscardNode(node);
-            counters_->failed_index_posts.Add();
-          }
-          // Read again either way: the next loop sees the range's new child.
-        } else {
-          // Past the removed page's range, a route to it can only continue
-          // the routes within it (an entry spanning past a split whose post
-          // is pending): stop at the first range routed elsewhere.
-          if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
-            return Status::OK();
-          }
-          key = c.next.ToString();
-          advanced = true;
-          continue;
+    for (int step = 0; step < kMaxAttempts; ++step) {
+      Route route;
+      ASSIGN_OR_RETURN(bool found, FindRoute(1, key, &route));
+      if (!found) continue;
+      const ChildLookup& c = route.c;
+      if (c.child == removed) {
+        // Find the range again either way: the next pass sees its new child.
+        const std::string range_low = c.low.ToString();
+        if (PostRoute(route, DeltaType::kIndexTermDelete, c.low, left) != nullptr) {
+          RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
         }
-        Result<const PageNode*> again = llama_->Read(pid);
-        if (!again.ok() || *again == nullptr) break;
-        head = *again;
+        continue;
       }
+      // Past the removed page's range, a route to it can only continue the
+      // routes within it (an entry spanning past a split whose post is
+      // pending): stop at the first range routed elsewhere.
+      if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
+        return Status::OK();
+      }
+      key = c.next.ToString();
     }
     return Status::Busy("bw-tree: index-term delete did not settle");
   }

@@ -208,6 +208,7 @@ class BwTree {
   struct Path;
   struct Leaf;
   struct Located;
+  struct Route;
   enum class LeftOutcome;
   BwTree(llama::Llama* llama, BwTreeOptions options);
   Status Bootstrap();
@@ -244,6 +245,12 @@ class BwTree {
   // A parent's route at `route_low` led to `bad` (freed, removed, or not
   // holding the key): hands the range to the page just below it.
   Status RepairRoute(uint32_t parent_level, Slice route_low, PageId bad);
+  // The route for `key` at `level` (after right moves); false when the
+  // descent met a stale state (the caller tries again).
+  Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
+  // Posts an index-entry or index-term-delete delta [low, route's next) ->
+  // child over the route's state; the installed node, or null if it raced.
+  const llama::PageNode* PostRoute(const Route& route, DeltaType type, Slice low, PageId child);
   // Hands the range routing `key` at `level` from child `from` to `to`.
   Status Reroute(uint32_t level, Slice key, PageId from, PageId to);
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,

@@ -107,20 +107,6 @@ bool GetFixed16(Slice* input, uint16_t* v) {
   return true;
 }
 
-bool GetFixed32(Slice* input, uint32_t* v) {
-  if (input->size() < sizeof(*v)) return false;
-  *v = DecodeFixed32(input->data());
-  input->remove_prefix(sizeof(*v));
-  return true;
-}
-
-bool GetFixed64(Slice* input, uint64_t* v) {
-  if (input->size() < sizeof(*v)) return false;
-  *v = DecodeFixed64(input->data());
-  input->remove_prefix(sizeof(*v));
-  return true;
-}
-
 bool GetVarint32(Slice* input, uint32_t* v) {
   const char* end = GetVarint32Ptr(input->begin(), input->end(), v);
   if (end == nullptr) return false;

@@ -101,8 +101,19 @@ const char* GetVarint64Ptr(const char* p, const char* limit, uint64_t* v);
 // *input and return true; on failure return false and leave *input (and *v)
 // unchanged.
 bool GetFixed16(Slice* input, uint16_t* v);
-bool GetFixed32(Slice* input, uint32_t* v);
-bool GetFixed64(Slice* input, uint64_t* v);
+// Inline: every node decode on the Bw-tree's search path goes through these.
+inline bool GetFixed32(Slice* input, uint32_t* v) {
+  if (input->size() < sizeof(*v)) return false;
+  *v = DecodeFixed32(input->data());
+  input->remove_prefix(sizeof(*v));
+  return true;
+}
+inline bool GetFixed64(Slice* input, uint64_t* v) {
+  if (input->size() < sizeof(*v)) return false;
+  *v = DecodeFixed64(input->data());
+  input->remove_prefix(sizeof(*v));
+  return true;
+}
 bool GetVarint32(Slice* input, uint32_t* v);
 bool GetVarint64(Slice* input, uint64_t* v);
 // *result points into the bytes *input points to.

@@ -40,9 +40,14 @@ PageNode* MakeDelta(Llama* l, const DeltaView& d, uint64_t tag) {
   return n;
 }
 
-Result<BaseView> BaseOf(const PageNode* head) {
+Result<BaseView> BaseOf(const PageNode* head, size_t* deltas = nullptr) {
+  size_t count = 0;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->kind == NodeKind::kBase) return BaseView::Parse(PayloadOf(n));
+    if (n->kind == NodeKind::kBase) {
+      if (deltas != nullptr) *deltas = count;
+      return BaseView::Parse(PayloadOf(n));
+    }
+    if (n->kind == NodeKind::kDelta) ++count;
   }
   return Status::Corruption("bw-tree: page without a base");
 }
@@ -143,13 +148,25 @@ struct BwTree::Path {
   Slice route_low;
 };
 
+// A parent's route for a key: the page at the parent level whose range holds
+// the key, the state read, and the routed range.
+struct BwTree::Route {
+  PageId pid = 0;
+  const PageNode* head = nullptr;
+  ChildLookup c;
+};
+
 struct BwTree::Leaf {
   std::vector<Iterator::Item> items;
   std::string low, high;
   bool high_infinite = true;
 };
 
-void BwTree::NoteChain(size_t length) {
+void BwTree::NoteChain(const PageNode* head) {
+  // Sampled (one leaf visit in 16 per thread): the statistic needs a walk.
+  thread_local uint32_t calls = 0;
+  if ((++calls & 15) != 0) return;
+  const size_t length = DeltaCount(head);
   counters_->chains_seen.Add();
   counters_->chain_length_sum.Add(length);
   // relaxed: a statistic; written only when a new maximum is seen.
@@ -269,8 +286,9 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       // at another level or range) is stale: repair it and start over.
       bool stale = head == nullptr;
       uint32_t level = 0;
+      size_t deltas = 0;
       if (!stale) {
-        ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
+        ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
         level = base.header().level;
         const Slice low = base.header().low_key;
         stale = (expect != kAnyLevel && level != expect) ||
@@ -287,7 +305,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         *path = at;
         return Status::OK();
       }
-      if (!tried_consolidate && DeltaCount(head) > options_.inner_delta_threshold) {
+      if (!tried_consolidate && deltas > options_.inner_delta_threshold) {
         tried_consolidate = true;
         RETURN_IF_ERROR(MaybeRestructure(pid, level, nullptr));
         continue;
@@ -349,7 +367,7 @@ Status BwTree::Locate(Slice key, Located* out) {
         case LookupOutcome::kFound:
         case LookupOutcome::kNotFound:
         case LookupOutcome::kDeleted:
-          NoteChain(DeltaCount(head));
+          NoteChain(head);
           *out = Located{pid, head, r};
           return Status::OK();
         case LookupOutcome::kRemoved:
@@ -382,7 +400,7 @@ Status BwTree::Locate(Slice key, Located* out) {
               pid = r2.redirect;  // past the merged range: the B-link sibling
             } else {
               r2.hint = kNoHint;  // a delta goes on this page, over its own base
-              NoteChain(DeltaCount(head));
+              NoteChain(head);
               *out = Located{pid, head, r2};
               return Status::OK();
             }
@@ -488,9 +506,10 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
   const PageNode* head = *read;
   if (head == nullptr || HasStructureDelta(head)) return Status::OK();
   if (level == 0) {
-    LeafImage image;
-    RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
-    const size_t records = image.base.size() + image.deltas.size();
+    // Sized from the base's count and the kept deltas: no gather needed.
+    size_t deltas = 0;
+    ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
+    const size_t records = base.count() + deltas;
     size_t bytes = 0;
     for (const PageNode* n = head; n != nullptr; n = n->next) {
       if (n->is_data()) bytes += n->size;
@@ -499,7 +518,7 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
       return SplitNode(pid, 0);
     }
     if (options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
-        !image.header.low_key.empty()) {
+        !base.header().low_key.empty()) {
       return StartMerge(pid);
     }
     return Status::OK();
@@ -746,38 +765,52 @@ Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target
   return Status::OK();
 }
 
+Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
+  Path path;
+  RETURN_IF_ERROR(Descend(key, false, level, &path));
+  PageId pid = path.pid;
+  const PageNode* head = path.head;
+  for (int hop = 0; hop < kMaxHops; ++hop) {
+    ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
+    if (c.outcome == LookupOutcome::kFound) {
+      *out = Route{pid, head, c};
+      return true;
+    }
+    if (c.outcome != LookupOutcome::kRedirect) return false;
+    Result<const PageNode*> next = llama_->Read(c.redirect);
+    if (!next.ok() || *next == nullptr) return false;
+    pid = c.redirect;
+    head = *next;
+  }
+  return false;
+}
+
+const PageNode* BwTree::PostRoute(const Route& route, DeltaType type, Slice low, PageId child) {
+  DeltaView d;
+  d.type = type;
+  d.key = low;
+  d.pid = child;
+  d.next_infinite = route.c.next_infinite;
+  d.next = route.c.next;
+  PageNode* node = MakeDelta(llama_, d, 0);
+  if (llama_->UpdateD(route.pid, route.head, node)) {
+    counters_->index_posts.Add();
+    return node;
+  }
+  llama_->DiscardNode(node);
+  counters_->failed_index_posts.Add();
+  return nullptr;
+}
+
 Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
-    Path path;
-    RETURN_IF_ERROR(Descend(key, false, level, &path));
-    PageId pid = path.pid;
-    const PageNode* head = path.head;
-    for (int hop = 0; hop < kMaxHops; ++hop) {
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-      if (c.outcome == LookupOutcome::kRedirect) {
-        pid = c.redirect;
-      } else if (c.outcome != LookupOutcome::kFound) {
-        break;
-      } else if (c.child != from) {
-        return Status::OK();
-      } else {
-        DeltaView d;
-        d.type = DeltaType::kIndexTermDelete;
-        d.key = c.low;
-        d.pid = to;
-        d.next_infinite = c.next_infinite;
-        d.next = c.next;
-        PageNode* node = MakeDelta(llama_, d, 0);
-        if (llama_->UpdateD(pid, head, node)) {
-          counters_->index_posts.Add();
-          return Status::OK();  // the caller settles the new route
-        }
-        llama_->DiscardNode(node);
-        counters_->failed_index_posts.Add();
-      }
-      Result<const PageNode*> next = llama_->Read(pid);
-      if (!next.ok() || *next == nullptr) break;
-      head = *next;
+    Route route;
+    ASSIGN_OR_RETURN(bool found, FindRoute(level, key, &route));
+    if (!found) continue;
+    if (route.c.child != from) return Status::OK();
+    // The caller settles the new route.
+    if (PostRoute(route, DeltaType::kIndexTermDelete, route.c.low, to) != nullptr) {
+      return Status::OK();
     }
   }
   return Status::Busy("bw-tree: reroute did not settle");
@@ -800,65 +833,38 @@ Status BwTree::PostRanges(uint32_t parent_level, Slice separator, PageId left, P
       if (retry) continue;
       return Status::OK();
     }
-    Path path;
-    RETURN_IF_ERROR(Descend(key, false, parent_level, &path));
-    PageId pid = path.pid;
-    const PageNode* head = path.head;
-    for (int hop = 0; hop < kMaxHops; ++hop) {
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-      if (c.outcome == LookupOutcome::kRedirect) {
-        pid = c.redirect;
-        Result<const PageNode*> next = llama_->Read(pid);
-        if (!next.ok() || *next == nullptr) break;
-        head = *next;
-        continue;
+    Route route;
+    ASSIGN_OR_RETURN(bool found, FindRoute(parent_level, key, &route));
+    if (!found) continue;
+    const ChildLookup& c = route.c;
+    if (c.child == left) {
+      // Post only what `left` still hands to `right` (a helper's view of
+      // `left` may be old: `right` may be merged back and freed since).
+      Result<const PageNode*> left_head = llama_->Read(left);
+      if (!left_head.ok() || *left_head == nullptr) {
+        return left_head.ok() || left_head.status().IsNotFound() ? Status::OK()
+                                                                 : left_head.status();
       }
-      if (c.outcome != LookupOutcome::kFound) break;
-      if (c.child == left) {
-        // Post only what `left` still hands to `right` (a helper's view of
-        // `left` may be old: `right` may be merged back and freed since).
-        Result<const PageNode*> left_head = llama_->Read(left);
-        if (!left_head.ok() || *left_head == nullptr) {
-          return left_head.ok() || left_head.status().IsNotFound() ? Status::OK()
-                                                                   : left_head.status();
-        }
-        ASSIGN_OR_RETURN(LookupResult route, RouteOf(*left_head, key, false));
-        if (route.outcome != LookupOutcome::kRedirect || route.redirect != right ||
-            route.redirect_kind == RedirectKind::kMerge) {
-          return Status::OK();
-        }
-        DeltaView d;
-        d.type = DeltaType::kIndexEntry;
-        d.key = key;
-        d.pid = right;
-        d.next_infinite = c.next_infinite;
-        d.next = c.next;
-        PageNode* node = MakeDelta(llama_, d, 0);
-        if (!llama_->UpdateD(pid, head, node)) {
-          llama_->DiscardNode(node);
-          counters_->failed_index_posts.Add();
-          Result<const PageNode*> again = llama_->Read(pid);
-          if (!again.ok() || *again == nullptr) break;
-          head = *again;
-          continue;
-        }
-        counters_->index_posts.Add();
-        posted->push_back(key);
-        RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
-        if (DeltaCount(node) > options_.inner_delta_threshold) {
-          RETURN_IF_ERROR(MaybeRestructure(pid, parent_level, nullptr));
-        }
+      ASSIGN_OR_RETURN(LookupResult to, RouteOf(*left_head, key, false));
+      if (to.outcome != LookupOutcome::kRedirect || to.redirect != right ||
+          to.redirect_kind == RedirectKind::kMerge) {
+        return Status::OK();
       }
-      // This range is posted (or routed elsewhere). A split hands the new
-      // sibling every range up to its high key that still routes to the
-      // left page, in whichever parent it is, so that no parent routes to a
-      // page keys outside its range (the merge's index-term deletes rely on
-      // that).
-      if (!span || c.next_infinite) return Status::OK();
-      key = c.next.ToString();
-      if (until && Slice(key) >= Slice(*until)) return Status::OK();
-      break;
+      const PageNode* node = PostRoute(route, DeltaType::kIndexEntry, key, right);
+      if (node == nullptr) continue;
+      posted->push_back(key);
+      RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
+      if (DeltaCount(node) > options_.inner_delta_threshold) {
+        RETURN_IF_ERROR(MaybeRestructure(route.pid, parent_level, nullptr));
+      }
     }
+    // This range is posted (or routed elsewhere). A split hands the new
+    // sibling every range up to its high key that still routes to the left
+    // page, in whichever parent it is, so that no parent routes to a page
+    // keys outside its range (the merge's index-term deletes rely on that).
+    if (!span || c.next_infinite) return Status::OK();
+    key = c.next.ToString();
+    if (until && Slice(key) >= Slice(*until)) return Status::OK();
   }
   return Status::Busy("bw-tree: index entry post did not settle");
 }
@@ -1039,50 +1045,26 @@ Status BwTree::CompleteMerge(PageId removed) {
     // 2. No parent routes to the removed page any more: each range routed
     // to it is handed to the left neighbour.
     std::string key = low;
-    for (int step = 0; step < kMaxHops; ++step) {
-      Path path;
-      RETURN_IF_ERROR(Descend(key, false, 1, &path));
-      PageId pid = path.pid;
-      const PageNode* head = path.head;
-      bool advanced = false;
-      for (int hop = 0; hop < kMaxHops && !advanced; ++hop) {
-        ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key));
-        if (c.outcome == LookupOutcome::kRedirect) {
-          pid = c.redirect;
-        } else if (c.outcome != LookupOutcome::kFound) {
-          break;  // stale: descend again
-        } else if (c.child == removed) {
-          DeltaView d;
-          d.type = DeltaType::kIndexTermDelete;
-          d.key = c.low;
-          d.pid = left;
-          d.next_infinite = c.next_infinite;
-          d.next = c.next;
-          const std::string range_low = c.low.ToString();
-          PageNode* node = MakeDelta(llama_, d, 0);
-          if (llama_->UpdateD(pid, head, node)) {
-            counters_->index_posts.Add();
-            RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
-          } else {
-            llama_->DiscardNode(node);
-            counters_->failed_index_posts.Add();
-          }
-          // Read again either way: the next loop sees the range's new child.
-        } else {
-          // Past the removed page's range, a route to it can only continue
-          // the routes within it (an entry spanning past a split whose post
-          // is pending): stop at the first range routed elsewhere.
-          if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
-            return Status::OK();
-          }
-          key = c.next.ToString();
-          advanced = true;
-          continue;
+    for (int step = 0; step < kMaxAttempts; ++step) {
+      Route route;
+      ASSIGN_OR_RETURN(bool found, FindRoute(1, key, &route));
+      if (!found) continue;
+      const ChildLookup& c = route.c;
+      if (c.child == removed) {
+        // Find the range again either way: the next pass sees its new child.
+        const std::string range_low = c.low.ToString();
+        if (PostRoute(route, DeltaType::kIndexTermDelete, c.low, left) != nullptr) {
+          RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
         }
-        Result<const PageNode*> again = llama_->Read(pid);
-        if (!again.ok() || *again == nullptr) break;
-        head = *again;
+        continue;
       }
+      // Past the removed page's range, a route to it can only continue the
+      // routes within it (an entry spanning past a split whose post is
+      // pending): stop at the first range routed elsewhere.
+      if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
+        return Status::OK();
+      }
+      key = c.next.ToString();
     }
     return Status::Busy("bw-tree: index-term delete did not settle");
   }
@@ -1206,7 +1188,12 @@ void Iterator::Load(bool first) {
         return;
       }
     }
+    const bool was_first = first;
     first = false;
+    if (options_.reverse && from.empty()) {  // nothing lies below the empty key
+      done_ = true;
+      return;
+    }
     BwTree::Leaf leaf;
     Status s = tree_->ReadLeaf(from, options_.reverse, &leaf);
     if (!s.ok()) {
@@ -1218,7 +1205,14 @@ void Iterator::Load(bool first) {
     high_ = std::move(leaf.high);
     high_infinite_ = leaf.high_infinite;
     for (Iterator::Item& item : leaf.items) {
-      if (InRange(item.key)) items_.push_back(std::move(item));
+      if (!InRange(item.key)) continue;
+      // A leaf found after concurrent merges may also cover keys already
+      // returned: keep only those past the previous leaf's boundary.
+      if (!was_first && (options_.reverse ? Slice(item.key) >= Slice(from)
+                                          : Slice(item.key) < Slice(from))) {
+        continue;
+      }
+      items_.push_back(std::move(item));
     }
     if (options_.reverse) std::reverse(items_.begin(), items_.end());
     if (!items_.empty()) return;

@@ -51,7 +51,7 @@ struct BwTreeOptions {
   Limits limits;
   // Consolidate a node when its chain holds more than this many deltas.
   size_t leaf_delta_threshold = 8;
-  size_t inner_delta_threshold = 4;
+  size_t inner_delta_threshold = 1;  // inner chains are walked by every descent
   // Split a node when its consolidated state holds more records (entries)
   // than this, or its base is larger than the byte limit.
   size_t leaf_max_records = 128;
@@ -162,7 +162,7 @@ class BwTree {
   }
   Status Delete(Slice key, uint64_t lsn) { return Write(WriteKind::kDelete, key, Slice(), lsn); }
 
-  // A scan. InvalidArgument for bounds over the key limit.
+  // A scan. TooLarge for bounds over the key limit (as for writes).
   Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
 
   // Flushes every page that is in memory with unflushed nodes under
@@ -190,6 +190,7 @@ class BwTree {
     uint64_t index_posts = 0, failed_index_posts = 0;  // entries / term deletes
     uint64_t helped_smos = 0;             // unfinished SMOs completed by others
     uint64_t restarts = 0;                // descents started over from the root
+    // Leaf chain lengths seen by point operations (sampled 1 in 16).
     uint64_t chains_seen = 0, chain_length_sum = 0, chain_length_max = 0;
     uint64_t pages_freed = 0;
     uint32_t height = 0;                  // levels, the leaves included
@@ -207,6 +208,7 @@ class BwTree {
   struct Path;
   struct Leaf;
   struct Located;
+  struct Route;
   enum class LeftOutcome;
   BwTree(llama::Llama* llama, BwTreeOptions options);
   Status Bootstrap();
@@ -243,6 +245,12 @@ class BwTree {
   // A parent's route at `route_low` led to `bad` (freed, removed, or not
   // holding the key): hands the range to the page just below it.
   Status RepairRoute(uint32_t parent_level, Slice route_low, PageId bad);
+  // The route for `key` at `level` (after right moves); false when the
+  // descent met a stale state (the caller tries again).
+  Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
+  // Posts an index-entry or index-term-delete delta [low, route's next) ->
+  // child over the route's state; the installed node, or null if it raced.
+  const llama::PageNode* PostRoute(const Route& route, DeltaType type, Slice low, PageId child);
   // Hands the range routing `key` at `level` from child `from` to `to`.
   Status Reroute(uint32_t level, Slice key, PageId from, PageId to);
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
@@ -253,7 +261,7 @@ class BwTree {
                                         const llama::PageNode** left_head, bool* merged_in);
   Status FreePage(PageId pid);
 
-  void NoteChain(size_t length);
+  void NoteChain(const llama::PageNode* head);
 
   llama::Llama* const llama_;
   const BwTreeOptions options_;

@@ -177,6 +177,45 @@ Result<LeafRecord> BaseView::RecordAt(size_t i) const {
   return r;
 }
 
+Status BaseView::AppendRecords(std::vector<LeafRecord>* out, const Slice* stop) const {
+  assert(is_leaf());
+  const char* table = payload_.data() + offsets_at_;
+  const char* const end = payload_.data() + payload_.size();
+  const char* p = payload_.data() + entries_at_;
+  out->reserve(out->size() + count_);
+  for (size_t i = 0; i < count_; ++i) {
+    if (DecodeFixed32(table + 4 * i) != static_cast<uint32_t>(p - payload_.data())) {
+      return Bad("base entry offset out of place");
+    }
+    LeafRecord r;
+    if (end - p < 4) return Bad("leaf record key truncated");
+    const uint32_t klen = DecodeFixed32(p);
+    p += 4;
+    if (static_cast<size_t>(end - p) < static_cast<size_t>(klen) + 4) {
+      return Bad("leaf record key truncated");
+    }
+    r.key = Slice(p, klen);
+    p += klen;
+    if (stop != nullptr && !(r.key < *stop)) return Status::OK();
+    const uint32_t vlen = DecodeFixed32(p);
+    p += 4;
+    if (static_cast<size_t>(end - p) < static_cast<size_t>(vlen) + 9) {
+      return Bad("leaf record value truncated");
+    }
+    r.value = Slice(p, vlen);
+    p += vlen;
+    r.lsn = DecodeFixed64(p);
+    const auto flags = static_cast<uint8_t>(p[8]);
+    p += 9;
+    if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+    r.tombstone = (flags & kRecordTombstone) != 0;
+    if (r.tombstone && vlen != 0) return Bad("tombstone with a value");
+    out->push_back(r);
+  }
+  if (p != end) return Bad("leaf base has trailing bytes");
+  return Status::OK();
+}
+
 Result<InnerEntry> BaseView::EntryAt(size_t i) const {
   assert(!is_leaf());
   ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));

@@ -106,6 +106,11 @@ class BaseView {
   Result<Slice> KeyAt(size_t i) const;
   // REQUIRES: i < count(); is_leaf() / !is_leaf() respectively.
   Result<LeafRecord> RecordAt(size_t i) const;
+  // Appends records 0.. in order, stopping before the first key >= *stop
+  // (no stop: all). One sequential pass, for consolidation: each record is
+  // checked against its offset-table entry and the payload's bounds.
+  // REQUIRES: is_leaf().
+  Status AppendRecords(std::vector<LeafRecord>* out, const Slice* stop = nullptr) const;
   Result<InnerEntry> EntryAt(size_t i) const;
 
   // Lower bound of `key` over the whole node.

@@ -289,14 +289,9 @@ struct Gatherer {
           out->header.right_sibling = base.header().right_sibling;
         }
         out->base_tag = std::max(out->base_tag, n->tag);
-        for (size_t i = 0; i < base.count(); ++i) {
-          ASSIGN_OR_RETURN(LeafRecord r, base.RecordAt(i));
-          if (!Below(cut, r.key)) {
-            out->dropped += base.count() - i;
-            break;
-          }
-          out->base.push_back(r);
-        }
+        const size_t before = out->base.size();
+        RETURN_IF_ERROR(base.AppendRecords(&out->base, cut ? &*cut : nullptr));
+        out->dropped += base.count() - (out->base.size() - before);
         return Status::OK();
       }
       // Flush, relocation and partial-swap nodes carry no keys.

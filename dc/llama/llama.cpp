@@ -220,7 +220,11 @@ void Llama::RunDeferredWork() {
     Status s = EnforceBudget();
     if (!s.ok()) DLOG_WARN("eviction in {}: {}", dir_, s.ToString());
   }
-  const size_t segments = cleaning_wanted_.exchange(0, std::memory_order_relaxed);
+  // Test before exchange: every guard release passes here, and a write to
+  // the shared flag on each would bounce its line between threads.
+  const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0
+                              ? 0
+                              : cleaning_wanted_.exchange(0, std::memory_order_relaxed);
   if (segments > 0) {
     Result<CleanResult> r = CleanSegments(segments, /*release_now=*/false);
     if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());

@@ -673,6 +673,37 @@ TEST_CASE("Splits and merges happen and keep the tree sound", "[dc][bwtree]") {
   RequireCheck(f.tree.get());
 }
 
+TEST_CASE("Large values split nodes by bytes", "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rnd(seed);
+  BwTreeOptions o;
+  o.leaf_max_records = 1000;  // never the reason
+  o.node_max_bytes = 8 << 10;
+  o.leaf_delta_threshold = 4;
+  Fixture f(PurgeAll(o));
+  BwTree* t = f.tree.get();
+  Model m;
+  uint64_t lsn = 0;
+  for (int i = 0; i < 300; ++i) {
+    const std::string key = Key(rnd.Uniform(120));
+    std::string value(rnd.Uniform(3000), '\0');
+    rnd.Fill(value.data(), value.size());
+    ++lsn;
+    if (rnd.OneIn(6)) {
+      Write(t, &m, WriteKind::kBlindDelete, key, "", lsn);
+    } else {
+      Write(t, &m, WriteKind::kUpsert, key, value, lsn);
+    }
+  }
+  CHECK(t->GetStats().splits > 5);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  f.Reopen();
+  RequireSame(f.tree.get(), m, kAll);
+  RequireCheck(f.tree.get());
+}
+
 TEST_CASE("Nothing above the ESL reaches the LSS", "[dc][bwtree]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);

@@ -718,6 +718,24 @@ size_t Llama::MemoryUsage() const {
 }
 
 
+bool Llama::HasFlushableOverSwap(uint64_t entry, uint64_t bound) {
+  if (!MappingTable::IsMemory(entry)) return false;
+  bool seen_flush = false;
+  uint64_t flush_bound = 0;
+  bool flushable = false;
+  for (const PageNode* n = MappingTable::ToPointer<PageNode>(entry); n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kPartialSwap) return flushable;
+    if (n->kind == NodeKind::kFlush && !seen_flush) {
+      seen_flush = true;
+      flush_bound = n->tag;
+    }
+    if (n->is_data() && n->tag <= bound && !(seen_flush && n->tag <= flush_bound)) {
+      flushable = true;
+    }
+  }
+  return true;  // wholly in memory: Flush reads nothing back
+}
+
 void Llama::MaybeEnforceBudget() {
   if (options_.memory_budget == 0) return;
   // Checking the sum of the counter's shards on every allocation would cost
@@ -774,6 +792,10 @@ Status Llama::EnforceBudget() {
       std::lock_guard<std::mutex> att(att_mu_);
       if (private_pages_.count(pid) != 0) continue;
     }
+    // A partly swapped page whose unflushed nodes are all above the bound
+    // has nothing more to give: flushing it would only read its swapped part
+    // back in (Flush materializes), and the next sweep would do it again.
+    if (!HasFlushableOverSwap(mapping_->Load(pid), bound)) continue;
     Result<FlushResult> r = Flush(pid, bound, 0);
     if (!r.ok() && r.status().IsNotFound()) continue;  // freed under the evictor
     if (!r.ok()) return r.status();

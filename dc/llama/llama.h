@@ -280,6 +280,10 @@ class Llama {
   // Relocates the page's LSS state if any record of it lies in [lo, hi).
   Status RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result);
   void MaybeClean(LssAddress flushed_at);
+  // For the evictor: whether flushing the page under `bound` can help
+  // without reading it back (true unless it is partly swapped out and no
+  // unflushed node lies under the bound). REQUIRES: an epoch guard.
+  static bool HasFlushableOverSwap(uint64_t entry, uint64_t bound);
   void MaybeEnforceBudget();
   // Runs eviction and cleaning that were asked for while guards were held.
   // REQUIRES: the calling thread holds no guard.

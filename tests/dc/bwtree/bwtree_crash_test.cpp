@@ -55,6 +55,7 @@ struct Config {
   int threads = 1;
   uint64_t key_space = 900;
   size_t memory_budget = 0;  // 0: none
+  int io_threads = 0;        // LLAMA's: 0, the filling thread writes buffers
   size_t max_value = 24;
   bool preload = false;      // upsert every key first
   int cycles = 0;            // crashes; 0: no crash, only sync points
@@ -163,6 +164,7 @@ Totals Run(uint64_t seed, const Config& c) {
   o.purge_bound = esl_fn;
   LlamaOptions lo = TreeLlamaOptions();
   lo.memory_budget = c.memory_budget;
+  lo.lss.io_threads = c.io_threads;
   lo.eviction_flush_bound = esl_fn;
 
   std::vector<std::unique_ptr<Driver>> drivers;
@@ -396,6 +398,7 @@ TEST_CASE("Crashes recover the flushed ESL with most pages evicted", "[dc][bwtre
 TEST_CASE("Crashes recover the flushed ESL with two threads writing", "[dc][bwtree][crash]") {
   Config c = CrashConfig();
   c.threads = 2;
+  c.io_threads = 1;  // buffers written behind the writers' backs, torn by the crash
   c.chunk_steps = 80;
   CrashCycles(c);
 }

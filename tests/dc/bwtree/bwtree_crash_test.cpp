@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,12 +55,17 @@ struct Config {
   int threads = 1;
   uint64_t key_space = 900;
   size_t memory_budget = 0;  // 0: none
+  int io_threads = 0;        // LLAMA's: 0, the filling thread writes buffers
   size_t max_value = 24;
   bool preload = false;      // upsert every key first
   int cycles = 0;            // crashes; 0: no crash, only sync points
   int chunks = 6;            // sync points per cycle
   int chunk_steps = 150;     // steps per driver between sync points
   uint64_t max_lag = 40;     // the ESL trails the newest LSN by up to this
+  // Each life ends with a FlushAll under a new ESL that fails at a random
+  // write or sync (and the crash right after it): every key must then come
+  // back as of the old bound or as of the new one.
+  bool crash_in_flush = false;
 };
 
 BwTreeOptions NodeOptions() {
@@ -110,6 +116,7 @@ void RunDrivers(const std::vector<std::unique_ptr<Driver>>& drivers, int steps,
 struct Totals {
   uint64_t swap_outs = 0, partial_swaps = 0, page_loads = 0, splits = 0, merges = 0;
   uint64_t crashes = 0, flushes = 0, lost_writes = 0;
+  uint64_t torn_flushes = 0, keys_old = 0, keys_new = 0;  // crash_in_flush
   uint64_t memory_bytes = 0;  // at the end of the last life
 
   void Add(Llama* l, BwTree* t) {
@@ -123,6 +130,24 @@ struct Totals {
     merges += ts.merges;
   }
 };
+
+// The state of one driver's keys at `bound`: its writes up to there.
+Model Replay(const std::vector<LoggedWrite>& log, uint64_t bound) {
+  Model m;
+  for (const LoggedWrite& w : log) {
+    if (w.lsn > bound) continue;
+    // A prefix of each key's writes: every outcome is the same as it was.
+    REQUIRE(m.Apply(w.kind, w.key, w.value, w.lsn) == Expect::kOk);
+  }
+  return m;
+}
+
+// After a crash in the middle of FlushAll(new_bound): each key of `d` must
+// be as of old_bound or as of new_bound. Makes the driver's model and log
+// what came back.
+void ChooseRecovered(BwTree* tree, Driver* d, const std::vector<std::string>& keys,
+                     uint64_t old_bound, uint64_t new_bound, uint64_t purge_below,
+                     Totals* totals);
 
 Totals Run(uint64_t seed, const Config& c) {
   INFO("seed " << seed << ", " << c.threads << " threads, budget " << c.memory_budget << ", "
@@ -139,6 +164,7 @@ Totals Run(uint64_t seed, const Config& c) {
   o.purge_bound = esl_fn;
   LlamaOptions lo = TreeLlamaOptions();
   lo.memory_budget = c.memory_budget;
+  lo.lss.io_threads = c.io_threads;
   lo.eviction_flush_bound = esl_fn;
 
   std::vector<std::unique_ptr<Driver>> drivers;
@@ -162,11 +188,25 @@ Totals Run(uint64_t seed, const Config& c) {
 
   Totals totals;
   uint64_t stable_bound = 0;  // the last bound flushed
+  // The last life died in FlushAll(torn_bound); stable_bound is the old one.
+  uint64_t torn_bound = 0;
   for (int cycle = 0; cycle <= c.cycles; ++cycle) {
     INFO("cycle " << cycle << ", stable up to LSN " << stable_bound);
     auto l = OpenLlama(&env, lo);
     auto tree = OpenTree(l.get(), o);
     for (auto& d : drivers) d->set_tree(tree.get());
+    if (cycle > 0 && torn_bound != 0) {
+      for (int t = 0; t < c.threads; ++t) {
+        std::vector<std::string> keys;
+        for (size_t i = static_cast<size_t>(t); i < all_keys.size(); i += static_cast<size_t>(c.threads)) {
+          keys.push_back(SpaceKey(i));
+        }
+        ChooseRecovered(tree.get(), drivers[t].get(), keys, stable_bound, torn_bound, esl.load(),
+                        &totals);
+      }
+      stable_bound = torn_bound;  // whatever did not come back is gone from the logs
+      torn_bound = 0;
+    }
     if (cycle > 0) {
       // The recovered tree is the stable snapshot, exactly.
       const std::string diff = CompareAll(tree.get(), MergedModel(drivers), esl.load(), all_keys);
@@ -212,14 +252,35 @@ Totals Run(uint64_t seed, const Config& c) {
     }
     totals.Add(l.get(), tree.get());
     if (cycle == c.cycles) break;
+    if (c.crash_in_flush) {
+      // More writes, then a flush under a new ESL that dies at an I/O.
+      RunDrivers(drivers, c.chunk_steps);
+      const uint64_t bound = std::max(esl.load(), lsn.load() - std::min(lsn.load(), rnd.Uniform(c.max_lag + 1)));
+      esl = bound;
+      // FlushAll writes a buffer or two and syncs once: fail one of them.
+      if (rnd.OneIn(3)) {
+        env.FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+      } else {
+        env.FailNth(FaultInjectionEnv::Op::kWrite, 1 + rnd.Uniform(2), Code::kIOError);
+      }
+      Status s = tree->FlushAll(bound);
+      if (s.ok()) {
+        stable_bound = bound;  // the failure came too late to matter
+      } else {
+        torn_bound = bound;
+        ++totals.torn_flushes;
+      }
+    }
     // The process dies: nothing after this reaches the files.
     l->TEST_SkipCloseOnDestroy();
     REQUIRE(env.SimulateCrash(cycle % 2 == 0 ? CrashMode::kDropUnsynced
                                              : CrashMode::kTearUnsynced)
                 .ok());
+    env.ClearFailures();
     tree.reset();
     l.reset();
     ++totals.crashes;
+    if (torn_bound != 0) continue;  // resolved key by key after reopening
     // What must come back: each driver's writes up to the bound.
     for (auto& d : drivers) {
       std::vector<LoggedWrite>& log = d->mutable_log();
@@ -236,6 +297,41 @@ Totals Run(uint64_t seed, const Config& c) {
     }
   }
   return totals;
+}
+
+void ChooseRecovered(BwTree* tree, Driver* d, const std::vector<std::string>& keys,
+                     uint64_t old_bound, uint64_t new_bound, uint64_t purge_below,
+                     Totals* totals) {
+  std::vector<LoggedWrite>& log = d->mutable_log();
+  const Model old_m = Replay(log, old_bound), new_m = Replay(log, new_bound);
+  std::set<std::string> at_old;
+  std::string failures;
+  for (const std::string& key : keys) {
+    const std::string as_old = test::CompareRecord(tree, key, old_m.Find(key), purge_below);
+    const std::string as_new = test::CompareRecord(tree, key, new_m.Find(key), purge_below);
+    if (as_old.empty()) {
+      at_old.insert(key);
+      // Counted only where the two states differ.
+      if (!as_new.empty()) ++totals->keys_old;
+    } else if (as_new.empty()) {
+      ++totals->keys_new;
+    } else if (failures.size() < 2000) {
+      failures += "neither as of LSN " + std::to_string(old_bound) + " (" + as_old +
+                  ") nor as of LSN " + std::to_string(new_bound) + " (" + as_new + ")\n";
+    }
+  }
+  INFO("after a crash inside FlushAll(" << new_bound << "), stable before up to " << old_bound
+                                        << ":\n" << failures);
+  REQUIRE(failures.empty());
+  // The writes that did not come back are gone: drop them from the log.
+  size_t kept = 0;
+  for (const LoggedWrite& w : log) {
+    if (w.lsn > new_bound || (w.lsn > old_bound && at_old.count(w.key) != 0)) continue;
+    log[kept++] = w;
+  }
+  totals->lost_writes += log.size() - kept;
+  log.resize(kept);
+  d->model() = Replay(log, new_bound);
 }
 
 TEST_CASE("Model test with a cache far smaller than the tree", "[dc][bwtree][evict]") {
@@ -302,8 +398,24 @@ TEST_CASE("Crashes recover the flushed ESL with most pages evicted", "[dc][bwtre
 TEST_CASE("Crashes recover the flushed ESL with two threads writing", "[dc][bwtree][crash]") {
   Config c = CrashConfig();
   c.threads = 2;
+  c.io_threads = 1;  // buffers written behind the writers' backs, torn by the crash
   c.chunk_steps = 80;
   CrashCycles(c);
+}
+
+TEST_CASE("A crash inside FlushAll leaves each key as of the old or the new ESL",
+          "[dc][bwtree][crash]") {
+  const uint64_t seed = TestSeed();
+  Config c = CrashConfig();
+  c.cycles = 4;
+  c.chunks = 2;
+  c.crash_in_flush = true;
+  c.max_lag = 10;
+  const Totals t = Run(seed, c);
+  INFO("seed " << seed << ": torn flushes " << t.torn_flushes << ", keys back as of the old ESL "
+               << t.keys_old << ", as of the new " << t.keys_new);
+  CHECK(t.crashes == 4);
+  CHECK(t.torn_flushes > 0);
 }
 
 TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL (long)",

@@ -203,8 +203,8 @@ TEST_CASE("Threads on disjoint key ranges each match their model", "[dc][bwtree]
 TEST_CASE("Threads on disjoint key ranges each match their model (long)",
           "[dc][bwtree][model][.]") {
   const uint64_t seed = TestSeed();
-  RunDisjoint(seed, 4, false, 8000, 10, 20000);
-  RunDisjoint(seed + 1, 4, true, 8000, 10, 20000);
+  RunDisjoint(seed, 4, false, 4000, 6, 10000);
+  RunDisjoint(seed + 1, 4, true, 4000, 6, 10000);
 }
 
 // ---------------------------------------------------------------------------

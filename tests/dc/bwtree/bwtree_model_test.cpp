@@ -100,7 +100,11 @@ void RunSingle(uint64_t seed, BwTreeOptions o, bool purge, uint64_t key_space, i
   DriverOptions d;
   d.keys = SpaceKeys(0, key_space);
   Driver driver(tree.get(), &lsn, purge ? TrailingPurge(&lsn) : nullptr, d, seed, 0);
-  for (int done = 0; done < steps; done += check_every) {
+  // Merges need leaves to shrink, which a random mix does only now and then:
+  // when they are wanted, keep going (up to 10x) until one has happened.
+  for (int done = 0;
+       done < steps || (want_merges && tree->GetStats().merges == 0 && done < 10 * steps);
+       done += check_every) {
     const bool ok = driver.Run(check_every);
     INFO(driver.failure());
     REQUIRE(ok);

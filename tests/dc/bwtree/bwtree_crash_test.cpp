@@ -422,19 +422,26 @@ TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL (
           "[dc][bwtree][crash][.]") {
   const uint64_t seed = TestSeed();
   Config c;
-  c.cycles = 30;
-  c.key_space = 6000;
-  c.chunks = 10;
+  c.cycles = 10;
+  c.key_space = 3000;
+  c.chunks = 6;
   c.chunk_steps = 1000;
   c.max_lag = 400;
   SECTION("one thread, evicting") {
-    c.memory_budget = 256 << 10;
+    c.memory_budget = 192 << 10;
     c.max_value = 200;
+    c.preload = true;
   }
-  SECTION("three threads, evicting") {
+  SECTION("three threads, evicting, I/O thread") {
     c.threads = 3;
-    c.memory_budget = 512 << 10;
+    c.memory_budget = 256 << 10;
     c.max_value = 100;
+    c.preload = true;
+    c.io_threads = 1;
+  }
+  SECTION("crashes inside FlushAll") {
+    c.crash_in_flush = true;
+    c.max_lag = 40;
   }
   const Totals t = Run(seed, c);
   CHECK(t.lost_writes > 0);

@@ -434,6 +434,7 @@ TEST_CASE("Crashes recover exactly the writes at or below the last flushed ESL (
   }
   SECTION("three threads, evicting, I/O thread") {
     c.threads = 3;
+    c.chunk_steps = 400;
     c.memory_budget = 256 << 10;
     c.max_value = 100;
     c.preload = true;

@@ -119,10 +119,10 @@ void RunSingle(uint64_t seed, BwTreeOptions o, bool purge, uint64_t key_space, i
 TEST_CASE("One thread's random operations match a std::map model", "[dc][bwtree][model]") {
   const uint64_t seed = TestSeed();
   SECTION("small nodes, tombstones kept") {
-    RunSingle(seed, SmallNodeOptions(), false, 600, 2000, 500, false);
+    RunSingle(seed, SmallNodeOptions(), false, 600, 3000, 500, false);
   }
   SECTION("small nodes, tombstones purged") {
-    RunSingle(seed, SmallNodeOptions(), true, 600, 2000, 500, true);
+    RunSingle(seed, SmallNodeOptions(), true, 600, 3000, 500, true);
   }
   SECTION("wider nodes, longer chains") {
     BwTreeOptions o;
@@ -199,8 +199,8 @@ void RunDisjoint(uint64_t seed, int threads, bool interleaved, uint64_t key_spac
 
 TEST_CASE("Threads on disjoint key ranges each match their model", "[dc][bwtree][model]") {
   const uint64_t seed = TestSeed();
-  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 600, 3, 400); }
-  SECTION("3 threads, interleaved keys") { RunDisjoint(seed, 3, true, 600, 3, 300); }
+  SECTION("2 threads, contiguous ranges") { RunDisjoint(seed, 2, false, 600, 4, 500); }
+  SECTION("3 threads, interleaved keys") { RunDisjoint(seed, 3, true, 600, 4, 400); }
   SECTION("4 threads, interleaved keys") { RunDisjoint(seed, 4, true, 600, 3, 200); }
 }
 
@@ -449,8 +449,8 @@ void RunOverlapping(uint64_t seed, int threads, uint64_t key_space, int rounds, 
 
 TEST_CASE("Threads writing the same keys leave the last write of each", "[dc][bwtree][model]") {
   const uint64_t seed = TestSeed();
-  SECTION("2 threads") { RunOverlapping(seed, 2, 400, 3, 800); }
-  SECTION("3 threads") { RunOverlapping(seed, 3, 600, 3, 600); }
+  SECTION("2 threads") { RunOverlapping(seed, 2, 400, 3, 1200); }
+  SECTION("3 threads") { RunOverlapping(seed, 3, 600, 3, 900); }
 }
 
 TEST_CASE("Threads writing the same keys leave the last write of each (long)",

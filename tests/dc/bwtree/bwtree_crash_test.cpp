@@ -258,7 +258,9 @@ Totals Run(uint64_t seed, const Config& c) {
       const uint64_t bound = std::max(esl.load(), lsn.load() - std::min(lsn.load(), rnd.Uniform(c.max_lag + 1)));
       esl = bound;
       // FlushAll writes a buffer or two and syncs once: fail one of them.
-      if (rnd.OneIn(3)) {
+      // The first cycle fails the sync, which every FlushAll that wrote
+      // anything reaches, so each run tears at least one flush.
+      if (cycle == 0 || rnd.OneIn(3)) {
         env.FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
       } else {
         env.FailNth(FaultInjectionEnv::Op::kWrite, 1 + rnd.Uniform(2), Code::kIOError);

@@ -260,9 +260,10 @@ Totals Run(uint64_t seed, const Config& c) {
       const uint64_t bound = std::max(esl.load(), lsn.load() - std::min(lsn.load(), rnd.Uniform(c.max_lag + 1)));
       esl = bound;
       // Fail the flush's first sync, its first buffer write, or a later
-      // buffer write (which may not come: then nothing fails). The last life
-      // always fails its sync if none failed before.
-      const bool force = cycle + 1 == c.cycles && totals.torn_flushes == 0;
+      // buffer write (which may not come: then nothing fails). The first
+      // life fails its sync, which every FlushAll that wrote anything
+      // reaches, and so does the last if none failed since.
+      const bool force = cycle == 0 || (cycle + 1 == c.cycles && totals.torn_flushes == 0);
       const uint64_t pick = force ? 0 : rnd.Uniform(3);
       if (pick == 0) {
         env.FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);

@@ -77,46 +77,6 @@ std::string EncodePid(PageId pid) {
   return s;
 }
 
-// Where a leaf chain routes `key` by its structure alone (record deltas are
-// passed over): kRedirect for split, merge and B-link moves, kRemoved for a
-// remove-node delta (unless `through_remove` and on top), kNotFound when the
-// page's own range holds the key.
-Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove) {
-  LookupResult out;
-  bool first_data = true;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->kind == NodeKind::kDelta) {
-      ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
-      const bool top = first_data;
-      first_data = false;
-      if (IsRecordDelta(d.type)) continue;
-      if (d.type == DeltaType::kRemoveNode) {
-        if (top && through_remove) continue;
-        out.outcome = LookupOutcome::kRemoved;
-        return out;
-      }
-      if ((d.type == DeltaType::kSplit || d.type == DeltaType::kMerge) && key >= d.key) {
-        out.outcome = LookupOutcome::kRedirect;
-        out.redirect_kind = d.type == DeltaType::kSplit ? RedirectKind::kSplit : RedirectKind::kMerge;
-        out.redirect = d.pid;
-        out.redirect_key = d.key;
-        return out;
-      }
-    } else if (n->kind == NodeKind::kBase) {
-      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
-      const BaseHeader& h = base.header();
-      if (!h.high_infinite && h.right_sibling != 0 && key >= h.high_key) {
-        out.outcome = LookupOutcome::kRedirect;
-        out.redirect_kind = RedirectKind::kSibling;
-        out.redirect = h.right_sibling;
-        out.redirect_key = h.high_key;
-      }
-      return out;
-    }
-  }
-  return out;
-}
-
 // A key above every key the limits allow: where reverse scans start.
 std::string KeyAboveAll(const Limits& limits) {
   return std::string(limits.max_key_size + 1, '\xff');
@@ -307,7 +267,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       }
       if (!tried_consolidate && deltas > options_.inner_delta_threshold) {
         tried_consolidate = true;
-        RETURN_IF_ERROR(MaybeRestructure(pid, level, nullptr));
+        RETURN_IF_ERROR(MaybeRestructure(pid, level));
         continue;
       }
       ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before));
@@ -474,7 +434,7 @@ Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
     PageNode* node = MakeDelta(llama_, d, lsn);
     if (llama_->UpdateD(loc.pid, loc.head, node)) {
       if (DeltaCount(node) > options_.leaf_delta_threshold) {
-        RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0, nullptr));
+        RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0));
       }
       return Status::OK();
     }
@@ -486,8 +446,7 @@ Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
 
 // ---- Consolidation ------------------------------------------------------------------
 
-Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
-  if (changed != nullptr) *changed = false;
+Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   Result<const PageNode*> read = llama_->Read(pid);
   if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
   if (*read == nullptr) return Status::OK();
@@ -498,7 +457,6 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level, bool* changed) {
     RETURN_IF_ERROR(ConsolidateInner(pid, *read, &installed));
   }
   if (!installed) return Status::OK();
-  if (changed != nullptr) *changed = true;
   // Right after consolidation the chain is a base under at most the deltas
   // above the ESL: size it for a split or a merge.
   read = llama_->Read(pid);
@@ -720,12 +678,6 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
   return PostIndexEntry(level + 1, separator, pid, *sibling, /*span=*/true, split_until);
 }
 
-Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
-                              bool span, const std::optional<std::string>& until) {
-  std::vector<std::string> posted;
-  return PostRanges(parent_level, separator, left, right, span, until, &posted);
-}
-
 // A route posted to `target` for the range starting at `key` must land on a
 // page that (still) holds the key. Whoever changes a page's range writes the
 // page first and then reads the parents (a split's posts, a merge's
@@ -816,9 +768,8 @@ Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
   return Status::Busy("bw-tree: reroute did not settle");
 }
 
-Status BwTree::PostRanges(uint32_t parent_level, Slice separator, PageId left, PageId right,
-                          bool span, const std::optional<std::string>& until,
-                          std::vector<std::string>* posted) {
+Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
+                              bool span, const std::optional<std::string>& until) {
   std::string key = separator.ToString();  // the caller's slice may go stale
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     const PageId root = root_.load(std::memory_order_acquire);
@@ -852,10 +803,9 @@ Status BwTree::PostRanges(uint32_t parent_level, Slice separator, PageId left, P
       }
       const PageNode* node = PostRoute(route, DeltaType::kIndexEntry, key, right);
       if (node == nullptr) continue;
-      posted->push_back(key);
       RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
       if (DeltaCount(node) > options_.inner_delta_threshold) {
-        RETURN_IF_ERROR(MaybeRestructure(route.pid, parent_level, nullptr));
+        RETURN_IF_ERROR(MaybeRestructure(route.pid, parent_level));
       }
     }
     // This range is posted (or routed elsewhere). A split hands the new

@@ -173,7 +173,8 @@ class BwTree {
   // Walks the whole tree and verifies: every node decodes; keys ascend
   // within [low, high) in every node; each level is a chain of right-sibling
   // links whose ranges meet exactly and end at +infinity; every inner entry
-  // routes to a node of the level below whose range holds the entry's start;
+  // routes to a node of the level below whose low key is at or below the
+  // entry's start (a correct B-link entry point);
   // and every key in every leaf is found again by a search from the root.
   // Missing index entries (a split whose post was lost in a crash) are
   // allowed: B-link right moves reach those nodes.
@@ -228,7 +229,7 @@ class BwTree {
 
   // Structure changes. Each returns OK when it gave up because the page
   // changed under it (counted as a failure); errors are real errors.
-  Status MaybeRestructure(PageId pid, uint32_t level, bool* changed);
+  Status MaybeRestructure(PageId pid, uint32_t level);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
   Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
   Status SplitNode(PageId pid, uint32_t level);
@@ -237,8 +238,6 @@ class BwTree {
   // still routed to `left`, up to `until` (none: no end).
   Status PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
                         bool span = false, const std::optional<std::string>& until = {});
-  Status PostRanges(uint32_t parent_level, Slice separator, PageId left, PageId right, bool span,
-                    const std::optional<std::string>& until, std::vector<std::string>* posted);
   // After a route to `target` for the range at `key` was posted: moves it
   // if `target` no longer holds the key (see the .cpp).
   Status SettleRoute(uint32_t level, const std::string& key, PageId target, PageId fallback);

@@ -158,22 +158,47 @@ Result<Slice> BaseView::KeyAt(size_t i) const {
   return Slice(bytes.data(), len);
 }
 
+namespace {
+
+// Decodes the leaf record at *p, reading nothing at or past `end`; *p moves
+// past it. Shared by RecordAt and AppendRecords.
+Status DecodeLeafRecord(const char** p, const char* end, LeafRecord* r) {
+  const char* q = *p;
+  if (end - q < 4) return Bad("leaf record key truncated");
+  const uint32_t klen = DecodeFixed32(q);
+  q += 4;
+  if (static_cast<size_t>(end - q) < static_cast<size_t>(klen) + 4) {
+    return Bad("leaf record key truncated");
+  }
+  r->key = Slice(q, klen);
+  q += klen;
+  const uint32_t vlen = DecodeFixed32(q);
+  q += 4;
+  if (static_cast<size_t>(end - q) < static_cast<size_t>(vlen) + 9) {
+    return Bad("leaf record value truncated");
+  }
+  r->value = Slice(q, vlen);
+  q += vlen;
+  r->lsn = DecodeFixed64(q);
+  const auto flags = static_cast<uint8_t>(q[8]);
+  q += 9;
+  if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+  r->tombstone = (flags & kRecordTombstone) != 0;
+  if (r->tombstone && vlen != 0) return Bad("tombstone with a value");
+  *p = q;
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<LeafRecord> BaseView::RecordAt(size_t i) const {
   assert(is_leaf());
   ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
+  const char* p = bytes.data();
+  const char* const end = bytes.data() + bytes.size();
   LeafRecord r;
-  uint32_t klen = 0, vlen = 0;
-  if (!GetFixed32(&bytes, &klen) || klen > bytes.size()) return Bad("leaf record key truncated");
-  r.key = Slice(bytes.data(), klen);
-  bytes.remove_prefix(klen);
-  if (!GetFixed32(&bytes, &vlen) || vlen > bytes.size()) return Bad("leaf record value truncated");
-  r.value = Slice(bytes.data(), vlen);
-  bytes.remove_prefix(vlen);
-  if (!GetFixed64(&bytes, &r.lsn) || bytes.size() != 1) return Bad("leaf record tail malformed");
-  const auto flags = static_cast<uint8_t>(bytes[0]);
-  if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-  r.tombstone = (flags & kRecordTombstone) != 0;
-  if (r.tombstone && vlen != 0) return Bad("tombstone with a value");
+  RETURN_IF_ERROR(DecodeLeafRecord(&p, end, &r));
+  if (p != end) return Bad("leaf record tail malformed");
   return r;
 }
 
@@ -188,28 +213,8 @@ Status BaseView::AppendRecords(std::vector<LeafRecord>* out, const Slice* stop) 
       return Bad("base entry offset out of place");
     }
     LeafRecord r;
-    if (end - p < 4) return Bad("leaf record key truncated");
-    const uint32_t klen = DecodeFixed32(p);
-    p += 4;
-    if (static_cast<size_t>(end - p) < static_cast<size_t>(klen) + 4) {
-      return Bad("leaf record key truncated");
-    }
-    r.key = Slice(p, klen);
-    p += klen;
+    RETURN_IF_ERROR(DecodeLeafRecord(&p, end, &r));
     if (stop != nullptr && !(r.key < *stop)) return Status::OK();
-    const uint32_t vlen = DecodeFixed32(p);
-    p += 4;
-    if (static_cast<size_t>(end - p) < static_cast<size_t>(vlen) + 9) {
-      return Bad("leaf record value truncated");
-    }
-    r.value = Slice(p, vlen);
-    p += vlen;
-    r.lsn = DecodeFixed64(p);
-    const auto flags = static_cast<uint8_t>(p[8]);
-    p += 9;
-    if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-    r.tombstone = (flags & kRecordTombstone) != 0;
-    if (r.tombstone && vlen != 0) return Bad("tombstone with a value");
     out->push_back(r);
   }
   if (p != end) return Bad("leaf base has trailing bytes");
@@ -373,14 +378,23 @@ std::string EncodeSplitDelta(Slice separator, PageId sibling) {
   return EncodeDelta(d);
 }
 
-std::string EncodeIndexEntryDelta(Slice separator, PageId child, bool next_infinite, Slice next) {
+namespace {
+
+std::string EncodeIndexDelta(DeltaType type, Slice separator, PageId child, bool next_infinite,
+                             Slice next) {
   DeltaView d;
-  d.type = DeltaType::kIndexEntry;
+  d.type = type;
   d.key = separator;
   d.pid = child;
   d.next_infinite = next_infinite;
   d.next = next_infinite ? Slice() : next;
   return EncodeDelta(d);
+}
+
+}  // namespace
+
+std::string EncodeIndexEntryDelta(Slice separator, PageId child, bool next_infinite, Slice next) {
+  return EncodeIndexDelta(DeltaType::kIndexEntry, separator, child, next_infinite, next);
 }
 
 std::string EncodeRemoveNodeDelta() {
@@ -399,13 +413,7 @@ std::string EncodeMergeDelta(Slice separator, PageId merged_sibling) {
 
 std::string EncodeIndexTermDeleteDelta(Slice separator, PageId child, bool next_infinite,
                                        Slice next) {
-  DeltaView d;
-  d.type = DeltaType::kIndexTermDelete;
-  d.key = separator;
-  d.pid = child;
-  d.next_infinite = next_infinite;
-  d.next = next_infinite ? Slice() : next;
-  return EncodeDelta(d);
+  return EncodeIndexDelta(DeltaType::kIndexTermDelete, separator, child, next_infinite, next);
 }
 
 Result<DeltaView> DeltaView::Parse(Slice payload) {

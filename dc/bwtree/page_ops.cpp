@@ -133,6 +133,29 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
   return result;  // no base: an empty page
 }
 
+Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove) {
+  LookupResult out;
+  bool first_data = true;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kDelta) {
+      ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      const bool top = first_data;
+      first_data = false;
+      if (IsRecordDelta(d.type) || d.type == DeltaType::kIndexEntry ||
+          d.type == DeltaType::kIndexTermDelete) {
+        continue;
+      }
+      if (top && through_remove && d.type == DeltaType::kRemoveNode) continue;
+      if (StructureRedirect(d, key, &out)) return out;
+    } else if (n->kind == NodeKind::kBase) {
+      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+      SiblingRedirect(base, key, &out);
+      return out;
+    }
+  }
+  return out;
+}
+
 Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before) {
   ChildLookup result;
   // Whether the range [low, next) (infinite next: no end) routes the key.
@@ -243,7 +266,6 @@ struct Gatherer {
         ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
         const bool top = first_data;
         first_data = false;
-        if (own) ++out->chain_length;
         if (IsRecordDelta(d.type)) {
           if (Below(cut, d.key)) {
             out->deltas.push_back(LeafImage::Delta{d, n->tag});
@@ -387,7 +409,6 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
       break;
     }
     if (n->kind != NodeKind::kDelta) continue;
-    ++out->chain_length;
     ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
     switch (d.type) {
       case DeltaType::kIndexEntry:

@@ -87,6 +87,12 @@ Result<uint64_t> LatestLsn(const llama::PageNode* head, Slice key, PageId* redir
 Result<std::string> MakeRecordDelta(const llama::PageNode* head, DeltaType type, Slice key,
                                     Slice value, uint64_t lsn, const Limits& limits = {});
 
+// Where a chain (leaf or inner) sends `key` by its structure alone: record
+// and index deltas are passed over. kRedirect for split, merge and B-link
+// moves, kRemoved for a remove-node delta (passed over when on top with
+// `through_remove`), kNotFound when the page's own range holds the key.
+Result<LookupResult> RouteOf(const llama::PageNode* head, Slice key, bool through_remove = false);
+
 // Routing in an inner node's chain: the child whose range holds `key`.
 struct ChildLookup {
   LookupOutcome outcome = LookupOutcome::kNotFound;  // kFound: child is set
@@ -149,7 +155,6 @@ struct LeafImage {
   uint64_t base_tag = 0;        // largest tag of the bases involved
   std::vector<PageId> merged;   // siblings whose states were merged in
   size_t dropped = 0;           // deltas and records hidden by splits/merges
-  size_t chain_length = 0;      // deltas on this page's own chain
   bool removed = false;         // the chain starts with a remove-node delta
 };
 
@@ -169,7 +174,6 @@ Result<std::vector<LeafRecord>> VisibleRecords(const LeafImage& image);
 struct InnerImage {
   BaseHeader header;
   std::vector<InnerEntry> entries;
-  size_t chain_length = 0;
 };
 // NotSupported for merge or remove-node deltas (inner nodes are not merged).
 Status GatherInner(const llama::PageNode* head, InnerImage* out);

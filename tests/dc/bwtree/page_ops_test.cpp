@@ -460,5 +460,43 @@ TEST_CASE("Corrupt chain payloads are Corruption in page ops", "[dc][bwtree]") {
   CHECK(Consolidate(head, 10).status().IsCorruption());
 }
 
+TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  BaseHeader h;
+  h.high_infinite = false;
+  h.high_key = "t";
+  h.right_sibling = 77;
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(h, {}));
+  auto g = l->Enter();
+  auto route = [&](Slice key, bool through_remove = false) {
+    auto r = RouteOf(ReadHead(l.get(), pid), key, through_remove);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
+  CHECK(route("a").outcome == LookupOutcome::kNotFound);
+  LookupResult r = route("u");  // at or above the base's high key
+  CHECK(r.outcome == LookupOutcome::kRedirect);
+  CHECK(r.redirect_kind == RedirectKind::kSibling);
+  CHECK(r.redirect == 77);
+  CHECK(r.redirect_key == Slice("t"));
+  // A split; then a record delta for a key above it (as a merge's left page
+  // holds): the record is passed over, the split decides.
+  Post(l.get(), pid, EncodeSplitDelta("m", 66), 0);
+  Post(l.get(), pid, EncodeRecordDelta(DeltaType::kUpsert, "p", "v", 9, kNoHint), 9);
+  r = route("p");
+  CHECK(r.outcome == LookupOutcome::kRedirect);
+  CHECK(r.redirect_kind == RedirectKind::kSplit);
+  CHECK(r.redirect == 66);
+  CHECK(r.redirect_key == Slice("m"));
+  CHECK(route("c").outcome == LookupOutcome::kNotFound);
+  // A remove-node delta on top: removed, unless passed over.
+  Post(l.get(), pid, EncodeRemoveNodeDelta(), 0);
+  CHECK(route("c").outcome == LookupOutcome::kRemoved);
+  CHECK(route("c", true).outcome == LookupOutcome::kNotFound);
+  CHECK(route("p", true).redirect == 66);
+}
+
 }  // namespace
 }  // namespace deuteron::bwtree

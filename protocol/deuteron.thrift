@@ -34,3 +34,108 @@ exception DeuteronError {
   1: ErrorCode code,
   2: string message,
 }
+
+// ---- The data component service (protocol/data_component.h) ----
+// Record operations carry TC LSNs (i64, never 0). Every call is answered in
+// order on its connection; a client may pipeline calls.
+
+// Mirrors deuteron::RecordOpKind. A kind this DC does not know is rejected
+// with INVALID_ARGUMENT.
+enum RecordOpKind {
+  UPSERT = 1,
+  DELETE = 2,
+}
+
+struct RecordOp {
+  1: RecordOpKind kind,
+  2: binary key,
+  3: binary value,
+  4: i64 lsn,
+}
+
+struct ApplyRequest {
+  1: list<RecordOp> ops,
+  // An ESL piggy-backed on the call; 0: none.
+  2: i64 esl,
+}
+
+struct ApplyResult {
+  1: i32 applied,
+  2: i32 skipped,
+}
+
+struct ReadResult {
+  1: bool found,
+  2: binary value,
+  3: i64 lsn,
+}
+
+struct ScanRequest {
+  1: optional binary lower,
+  2: bool lower_inclusive = true,
+  3: optional binary upper,
+  4: bool upper_inclusive = false,
+  5: bool reverse = false,
+  6: i32 limit = 0,
+}
+
+struct ScanItem {
+  1: binary key,
+  2: binary value,
+  3: i64 lsn,
+}
+
+struct ScanResult {
+  1: list<ScanItem> items,
+  2: bool more,
+}
+
+struct DcReady {
+  1: i64 rssp,
+  2: i64 max_durable_lsn,
+}
+
+enum DcState {
+  SERVING = 1,
+  RESTARTING = 2,
+  SHUTTING_DOWN = 3,
+}
+
+struct DcHealth {
+  1: DcState state,
+  2: i64 esl,
+  3: i64 rssp,
+  4: i64 max_durable_lsn,
+}
+
+struct DcStats {
+  1: i64 applies,
+  2: i64 ops_applied,
+  3: i64 ops_skipped,
+  4: i64 gets,
+  5: i64 scans,
+  6: i64 scan_items,
+  7: i64 rssp_proposals,
+  8: i64 restarts,
+  9: i64 esl,
+  10: i64 rssp,
+  11: i64 max_durable_lsn,
+  12: i64 pages,
+  13: i64 memory_bytes,
+  14: i64 flushes,
+  15: i64 flush_bytes,
+  16: i64 lss_bytes_written,
+  17: i32 tree_height,
+}
+
+service DataComponentService {
+  ApplyResult apply(1: ApplyRequest request) throws (1: DeuteronError error),
+  ReadResult get(1: binary key) throws (1: DeuteronError error),
+  list<ReadResult> multiGet(1: list<binary> keys) throws (1: DeuteronError error),
+  ScanResult scan(1: ScanRequest request) throws (1: DeuteronError error),
+  void setEsl(1: i64 esl) throws (1: DeuteronError error),
+  void proposeRssp(1: i64 rssp) throws (1: DeuteronError error),
+  DcReady restartTo(1: i64 stable_end) throws (1: DeuteronError error),
+  DcStats stats() throws (1: DeuteronError error),
+  DcHealth health() throws (1: DeuteronError error),
+}

@@ -1,0 +1,149 @@
+// DataComponent: the interface through which a TC drives a data component
+// (DESIGN.md, "The contracts"). Two bindings implement it:
+//  - in-process: dc::Dc itself (dc/dc.h), direct calls, no serialization;
+//  - remote: protocol::RemoteDataComponent (protocol/remote_dc.h), Thrift
+//    framed binary over TCP to a DC server (dc/dc_server.h).
+// Both bindings return the same typed Status codes for the same failures, so
+// a TC (and every contract test) runs unchanged over either.
+//
+// LSNs are the TC's: every record operation carries a unique, nonzero LSN.
+//
+// Thread safety: every method of every binding is thread-safe. Slices in a
+// call are borrowed for the call only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/slice.h"
+#include "common/status.h"
+
+namespace deuteron {
+
+// Mirrors protocol RecordOpKind value for value.
+enum class RecordOpKind : uint8_t {
+  kUpsert = 1,  // blind write of key -> value
+  kDelete = 2,  // blind delete: leaves a tombstone carrying the LSN
+};
+
+// One LSN-tagged record operation (borrowed bytes).
+struct RecordOp {
+  RecordOpKind kind = RecordOpKind::kUpsert;
+  Slice key;
+  Slice value;  // empty for kDelete
+  uint64_t lsn = 0;
+};
+
+struct ApplyResult {
+  uint32_t applied = 0;  // operations whose effect is now in the DC
+  uint32_t skipped = 0;  // at or below the key's LSN: acknowledged, not applied
+};
+
+// A point read. Absent and deleted keys both read as !found; `lsn` is the
+// LSN the DC holds for the key (a tombstone's too), 0 when it holds none.
+struct ReadResult {
+  bool found = false;
+  std::string value;
+  uint64_t lsn = 0;
+};
+
+struct ScanRequest {
+  std::optional<std::string> lower;  // none: from the first key
+  bool lower_inclusive = true;
+  std::optional<std::string> upper;  // none: to the last key
+  bool upper_inclusive = false;
+  bool reverse = false;              // descending
+  uint32_t limit = 0;                // most items to return; 0: the DC's maximum
+};
+
+struct ScanItem {
+  std::string key;
+  std::string value;
+  uint64_t lsn = 0;
+};
+
+struct ScanResult {
+  std::vector<ScanItem> items;  // in scan order, tombstones excluded
+  // True when the range holds more items than were returned; continue from
+  // the last item's key, exclusive.
+  bool more = false;
+};
+
+// Where the DC stands after its own recovery or a restart-to.
+struct DcReady {
+  // Every operation the DC received with LSN below this is durable in its
+  // LSS (the last RSSP it acknowledged, kept across crashes).
+  uint64_t rssp = 0;
+  // No operation above this LSN is durable in the DC (the highest flush
+  // bound in its LSS): redo below it may find its effect already there.
+  uint64_t max_durable_lsn = 0;
+};
+
+enum class DcState : uint8_t {
+  kServing = 1,
+  kRestarting = 2,     // restart-to in progress: record calls get Unavailable
+  kShuttingDown = 3,
+};
+
+struct DcHealth {
+  DcState state = DcState::kServing;
+  uint64_t esl = 0;   // latest ESL received
+  uint64_t rssp = 0;  // latest RSSP acknowledged
+  uint64_t max_durable_lsn = 0;
+};
+
+// Counters (monotonic since open unless said otherwise) and gauges.
+struct DcStats {
+  uint64_t applies = 0;          // Apply calls
+  uint64_t ops_applied = 0;
+  uint64_t ops_skipped = 0;      // idempotent no-ops
+  uint64_t gets = 0;             // keys read by Get and MultiGet
+  uint64_t scans = 0;
+  uint64_t scan_items = 0;
+  uint64_t rssp_proposals = 0;
+  uint64_t restarts = 0;         // RestartTo calls completed
+  uint64_t esl = 0, rssp = 0, max_durable_lsn = 0;
+  uint64_t pages = 0;            // LLAMA pages allocated
+  uint64_t memory_bytes = 0;     // LLAMA cache memory in use
+  uint64_t flushes = 0;          // LLAMA page flushes
+  uint64_t flush_bytes = 0;
+  uint64_t lss_bytes_written = 0;
+  uint32_t tree_height = 0;
+};
+
+class DataComponent {
+ public:
+  virtual ~DataComponent() = default;
+
+  // Applies `ops` in order. An operation whose LSN is at or below the LSN
+  // the DC holds for its key is acknowledged and skipped (contract 2). `esl`,
+  // when nonzero, is an ESL piggy-backed on the call (as SetEsl, first).
+  // Errors: InvalidArgument (LSN 0, unknown kind, a value on a delete),
+  // TooLarge (key/value over the limits, batch over the maximum),
+  // Unavailable (restarting). An error stops the batch: the operations
+  // before the failing one are applied, the rest are not; redo may resend.
+  virtual Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl) = 0;
+
+  virtual Result<ReadResult> Get(Slice key) = 0;
+  // One result per key, in order. TooLarge above the batch maximum.
+  virtual Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) = 0;
+  virtual Result<ScanResult> Scan(const ScanRequest& request) = 0;
+
+  // The TC's end of stable log: everything at or below it is durable in the
+  // TC log. Never moves back (a lower value is ignored).
+  virtual Status SetEsl(uint64_t esl) = 0;
+  // RSSP proposal `rssp` (contract 3): returns once every operation with LSN
+  // below it is stable in the LSS. InvalidArgument when rssp > ESL + 1.
+  virtual Status ProposeRssp(uint64_t rssp) = 0;
+  // Drops every effect of operations above `stable_end` (the end of the TC's
+  // stable log) and reports the DC ready. The ESL becomes `stable_end`.
+  virtual Result<DcReady> RestartTo(uint64_t stable_end) = 0;
+
+  virtual Result<DcStats> GetStats() = 0;
+  virtual Result<DcHealth> Health() = 0;
+};
+
+}  // namespace deuteron

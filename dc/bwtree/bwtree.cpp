@@ -71,6 +71,16 @@ bool HasStructureDelta(const PageNode* head) {
   return false;
 }
 
+// Whether the chain holds a delta of the given type.
+bool HasDeltaOf(const PageNode* head, DeltaType type) {
+  for (const PageNode* n = head; n != nullptr && n->kind != NodeKind::kBase; n = n->next) {
+    if (n->kind == NodeKind::kDelta && n->size > 0 && static_cast<DeltaType>(n->payload()[0]) == type) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string EncodePid(PageId pid) {
   std::string s;
   PutFixed64(&s, pid);
@@ -314,7 +324,13 @@ struct BwTree::Located {
   LookupResult r;
 };
 
-Status BwTree::Locate(Slice key, Located* out) {
+Status BwTree::Locate(Slice key, Located* out, bool need_record) {
+  // A blind write needs the page only: its structure deltas and high key, no
+  // search of its records.
+  auto look = [&](const PageNode* head, bool through_remove) -> Result<LookupResult> {
+    if (need_record) return Lookup(head, key, options_.limits, through_remove);
+    return RouteOf(head, key, through_remove);
+  };
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Path path;
     RETURN_IF_ERROR(Descend(key, false, 0, &path));
@@ -322,7 +338,7 @@ Status BwTree::Locate(Slice key, Located* out) {
     const PageNode* head = path.head;
     bool restart = false;
     for (int hop = 0; hop < kMaxHops && !restart; ++hop) {
-      ASSIGN_OR_RETURN(LookupResult r, Lookup(head, key, options_.limits));
+      ASSIGN_OR_RETURN(LookupResult r, look(head, false));
       switch (r.outcome) {
         case LookupOutcome::kFound:
         case LookupOutcome::kNotFound:
@@ -351,7 +367,7 @@ Status BwTree::Locate(Slice key, Located* out) {
               }
               return sib.status();
             }
-            ASSIGN_OR_RETURN(LookupResult r2, Lookup(*sib, key, options_.limits, true));
+            ASSIGN_OR_RETURN(LookupResult r2, look(*sib, true));
             if (r2.outcome == LookupOutcome::kRedirect) {
               if (r2.redirect_kind != RedirectKind::kSibling) {
                 restart = true;
@@ -422,9 +438,12 @@ Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
   d.key = key;
   if (d.type != DeltaType::kDelete) d.value = value;
   d.lsn = lsn;
+  // Only the existence-checking kinds need the key's state; a blind write
+  // needs its page (and posts no search hint).
+  const bool blind = kind == WriteKind::kUpsert || kind == WriteKind::kBlindDelete;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Located loc;
-    RETURN_IF_ERROR(Locate(key, &loc));
+    RETURN_IF_ERROR(Locate(key, &loc, /*need_record=*/!blind));
     const bool exists = loc.r.outcome == LookupOutcome::kFound;
     if (kind == WriteKind::kInsert && exists) return Status::AlreadyExists("key exists");
     if ((kind == WriteKind::kUpdate || kind == WriteKind::kDelete) && !exists) {
@@ -499,6 +518,20 @@ PageReader BwTree::Reader() {
 
 Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed) {
   *installed = false;
+  if (!HasDeltaOf(head, DeltaType::kMerge) && !HasDeltaOf(head, DeltaType::kRemoveNode)) {
+    // The common case: no other page's state is involved, and the base's
+    // unchanged records are copied as bytes (page_ops.h).
+    ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(head, FlushBound(), PurgeBound()));
+    PageNode* chain = BuildChain(llama_, page);
+    if (!llama_->UpdateR(pid, head, chain)) {
+      llama_->DiscardChain(chain);
+      counters_->failed_consolidations.Add();
+      return Status::OK();
+    }
+    counters_->consolidations.Add();
+    *installed = true;
+    return Status::OK();
+  }
   LeafImage image;
   Status s = GatherLeaf(head, Reader(), &image);
   if (s.IsNotFound()) return Status::OK();  // a merged sibling went away: retry later

@@ -223,7 +223,10 @@ class BwTree {
   // on the way. The caller follows right moves at that level.
   Status Descend(Slice key, bool before, uint32_t target_level, Path* path);
   // The leaf holding `key`, after right moves and merged-sibling reads.
-  Status Locate(Slice key, Located* out);
+  // Without `need_record` only the page is found (for a blind write): the
+  // answer's outcome is kNotFound and its hint kNoHint, whatever the key's
+  // state.
+  Status Locate(Slice key, Located* out, bool need_record = true);
   // Snapshot of the leaf holding `key` (or the largest key below it).
   Status ReadLeaf(Slice key, bool before, Leaf* leaf);
 

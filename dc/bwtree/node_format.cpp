@@ -1,5 +1,6 @@
 #include "dc/bwtree/node_format.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 
@@ -17,10 +18,11 @@ char* PutBytes(char* p, Slice s) {
 
 size_t HeaderSize(const BaseHeader& h, size_t count) {
   return kBaseFixedHeaderSize + h.low_key.size() + (h.high_infinite ? 0 : h.high_key.size()) +
-         4 * count;
+         kBaseSlotSize * count;
 }
 
-// Writes the header and offset table; returns where entries start.
+// Writes the fixed header and the low and high keys; returns where the prefix
+// table starts (the offset table follows it, 8 * count bytes on).
 char* EncodeHeader(const BaseHeader& h, size_t count, char* dst) {
   dst[0] = static_cast<char>(h.type);
   dst[1] = static_cast<char>(h.level);
@@ -39,9 +41,28 @@ char* EncodeHeader(const BaseHeader& h, size_t count, char* dst) {
   return p;
 }
 
+// Writes slot i (its key prefix and payload offset) of a base with `count`
+// entries whose prefix table starts at `prefixes`.
+void PutSlot(char* prefixes, size_t count, size_t i, Slice key, size_t offset) {
+  EncodeFixed64(prefixes + 8 * i, KeyPrefix(key));
+  EncodeFixed32(prefixes + 8 * count + 4 * i, static_cast<uint32_t>(offset));
+}
+
 Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree node: ") + what); }
 
 }  // namespace
+
+uint64_t KeyPrefix(Slice key) {
+  const auto* b = reinterpret_cast<const uint8_t*>(key.data());
+  if (key.size() >= 8) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
+    return v;
+  }
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v = (v << 8) | (i < key.size() ? b[i] : 0u);
+  return v;
+}
 
 // ---- Base encoders -------------------------------------------------------------
 
@@ -59,13 +80,14 @@ size_t InnerBaseSize(const BaseHeader& header, const std::vector<InnerEntry>& en
 
 void EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& records, char* dst) {
   assert(header.type == NodeType::kLeaf && header.level == 0);
-  char* table = EncodeHeader(header, records.size(), dst);
-  char* p = table + 4 * records.size();
-  for (size_t i = 0; i < records.size(); ++i) {
+  const size_t n = records.size();
+  char* table = EncodeHeader(header, n, dst);
+  char* p = table + kBaseSlotSize * n;
+  for (size_t i = 0; i < n; ++i) {
     const LeafRecord& r = records[i];
     assert(i == 0 || records[i - 1].key < r.key);
     assert(!r.tombstone || r.value.empty());
-    EncodeFixed32(table + 4 * i, static_cast<uint32_t>(p - dst));
+    PutSlot(table, n, i, r.key, static_cast<size_t>(p - dst));
     p = PutBytes(p, r.key);
     p = PutBytes(p, r.value);
     EncodeFixed64(p, r.lsn);
@@ -78,12 +100,13 @@ void EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& rec
 void EncodeInnerBase(const BaseHeader& header, const std::vector<InnerEntry>& entries,
                      char* dst) {
   assert(header.type == NodeType::kInner && header.level > 0);
-  char* table = EncodeHeader(header, entries.size(), dst);
-  char* p = table + 4 * entries.size();
-  for (size_t i = 0; i < entries.size(); ++i) {
+  const size_t n = entries.size();
+  char* table = EncodeHeader(header, n, dst);
+  char* p = table + kBaseSlotSize * n;
+  for (size_t i = 0; i < n; ++i) {
     const InnerEntry& e = entries[i];
     assert(i == 0 || entries[i - 1].separator < e.separator);
-    EncodeFixed32(table + 4 * i, static_cast<uint32_t>(p - dst));
+    PutSlot(table, n, i, e.separator, static_cast<size_t>(p - dst));
     p = PutBytes(p, e.separator);
     EncodeFixed64(p, e.child);
     p += 8;
@@ -130,11 +153,12 @@ Result<BaseView> BaseView::Parse(Slice payload) {
   const uint64_t high_len = DecodeFixed32(d + 20);
   if (v.header_.high_infinite && high_len != 0) return Bad("infinite high key with bytes");
   const uint64_t table_at = kBaseFixedHeaderSize + low_len + high_len;
-  const uint64_t entries_at = table_at + 4 * static_cast<uint64_t>(v.count_);
-  if (entries_at > payload.size()) return Bad("base header or offset table truncated");
+  const uint64_t entries_at = table_at + kBaseSlotSize * static_cast<uint64_t>(v.count_);
+  if (entries_at > payload.size()) return Bad("base header or slot tables truncated");
   v.header_.low_key = Slice(d + kBaseFixedHeaderSize, low_len);
   v.header_.high_key = Slice(d + kBaseFixedHeaderSize + low_len, high_len);
-  v.offsets_at_ = table_at;
+  v.prefixes_at_ = table_at;
+  v.offsets_at_ = table_at + 8 * static_cast<uint64_t>(v.count_);
   v.entries_at_ = entries_at;
   if (v.count_ == 0 && entries_at != payload.size()) return Bad("trailing bytes in empty base");
   return v;
@@ -233,14 +257,45 @@ Result<InnerEntry> BaseView::EntryAt(size_t i) const {
   return e;
 }
 
-Result<size_t> BaseView::LowerBound(Slice key, size_t lo, size_t hi) const {
+uint64_t BaseView::PrefixAt(size_t i) const {
+  assert(i < count_);
+  return DecodeFixed64(payload_.data() + prefixes_at_ + 8 * i);
+}
+
+Result<int> BaseView::CompareAt(size_t i, Slice key, uint64_t prefix) const {
+  const uint64_t p = PrefixAt(i);
+  if (p != prefix) return p < prefix ? -1 : 1;
+  ASSIGN_OR_RETURN(Slice k, KeyAt(i));
+  return k.compare(key);
+}
+
+Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi) const {
+  // First over the prefix table alone (8 bytes a probe, no payload access):
+  // [lo, hi) narrows to the entries whose prefix equals the key's. Prefixes
+  // are monotone in the keys, so every entry before lies below the key and
+  // every one after above it.
+  const char* prefixes = payload_.data() + prefixes_at_;
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
+    if (DecodeFixed64(prefixes + 8 * mid) < prefix) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == count_ || DecodeFixed64(prefixes + 8 * lo) != prefix) return lo;
+  // Keys sharing the prefix: their end, then whole keys within.
+  size_t end = lo + 1;
+  for (size_t step = 1; end < count_ && DecodeFixed64(prefixes + 8 * end) == prefix; step *= 2) {
+    end = std::min(count_, end + step);
+  }
+  while (lo < end) {
+    const size_t mid = lo + (end - lo) / 2;
     ASSIGN_OR_RETURN(Slice k, KeyAt(mid));
     if (k < key) {
       lo = mid + 1;
     } else {
-      hi = mid;
+      end = mid;
     }
   }
   return lo;
@@ -250,19 +305,21 @@ Result<BasePosition> BaseView::Find(Slice key, size_t lo, size_t hi) const {
   assert(lo <= hi);
   if (hi > count_) hi = count_;
   if (lo > hi) lo = hi;
-  ASSIGN_OR_RETURN(size_t pos, LowerBound(key, lo, hi));
-  // Check the answer against its neighbours; a range from stale hints would
-  // fail here, and then the whole node is searched.
+  const uint64_t prefix = KeyPrefix(key);
+  ASSIGN_OR_RETURN(size_t pos, LowerBound(key, prefix, lo, hi));
+  // Check the answer against its neighbours (by prefix where that decides);
+  // a range from stale hints would fail here, and then the whole node is
+  // searched.
   bool ok = true;
   if (pos > 0) {
-    ASSIGN_OR_RETURN(Slice before, KeyAt(pos - 1));
-    ok = before < key;
+    ASSIGN_OR_RETURN(int c, CompareAt(pos - 1, key, prefix));
+    ok = c < 0;
   }
   BasePosition result;
   if (ok && pos < count_) {
-    ASSIGN_OR_RETURN(Slice at, KeyAt(pos));
-    ok = at >= key;
-    result.exact = at == key;
+    ASSIGN_OR_RETURN(int c, CompareAt(pos, key, prefix));
+    ok = c >= 0;
+    result.exact = c == 0;
   }
   if (!ok) {
     if (lo == 0 && hi == count_) return Bad("base keys out of order");
@@ -287,6 +344,7 @@ Status BaseView::Validate() const {
       ASSIGN_OR_RETURN(InnerEntry e, EntryAt(i));
       key = e.separator;
     }
+    if (PrefixAt(i) != KeyPrefix(key)) return Bad("base key prefix does not match its key");
     if (i > 0 && !(prev < key)) return Bad("base keys not strictly ascending");
     if (key < header_.low_key) return Bad("base key below the low key");
     if (AboveHigh(key)) return Bad("base key at or above the high key");
@@ -296,6 +354,98 @@ Status BaseView::Validate() const {
     return Bad("base low key not below high key");
   }
   return Status::OK();
+}
+
+// ---- LeafBaseBuilder -------------------------------------------------------------
+
+Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
+                               uint64_t purge_bound, size_t* purged) {
+  assert(from.is_leaf() && begin <= end && end <= from.count_);
+  const char* data = from.payload_.data();
+  const char* offsets = data + from.offsets_at_;
+  const size_t size = from.payload_.size();
+  auto offset = [&](size_t i) -> size_t {
+    return i < from.count_ ? DecodeFixed32(offsets + 4 * i) : size;
+  };
+  // Each entry: fixed32 key length, key, fixed32 value length, value,
+  // fixed64 LSN, flags; exactly its span.
+  size_t run_begin = begin;
+  size_t at = offset(begin);
+  for (size_t i = begin; i < end; ++i) {
+    const size_t next = offset(i + 1);
+    if (at < from.entries_at_ || next > size || next < at + 17) {
+      return Bad("base entry offset out of range");
+    }
+    const uint64_t klen = DecodeFixed32(data + at);
+    if (klen > next - at - 17) return Bad("leaf record key truncated");
+    const uint64_t vlen = DecodeFixed32(data + at + 4 + klen);
+    if (4 + klen + 4 + vlen + 9 != next - at) return Bad("leaf record length mismatch");
+    const auto flags = static_cast<uint8_t>(data[next - 1]);
+    if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+    const bool tombstone = (flags & kRecordTombstone) != 0;
+    if (tombstone && vlen != 0) return Bad("tombstone with a value");
+    if (tombstone && DecodeFixed64(data + next - 9) < purge_bound) {
+      if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}});
+      run_begin = i + 1;
+      if (purged != nullptr) ++*purged;
+    } else {
+      ++count_;
+      entry_bytes_ += next - at;
+    }
+    at = next;
+  }
+  if (run_begin < end) pieces_.push_back(Piece{&from, run_begin, end, {}});
+  return Status::OK();
+}
+
+void LeafBaseBuilder::AddRecord(const LeafRecord& record) {
+  assert(!record.tombstone || record.value.empty());
+  pieces_.push_back(Piece{nullptr, 0, 0, record});
+  ++count_;
+  entry_bytes_ += 4 + record.key.size() + 4 + record.value.size() + 9;
+}
+
+std::string LeafBaseBuilder::Finish() const {
+  assert(header_.type == NodeType::kLeaf && header_.level == 0);
+  const size_t n = count_;
+  std::string out(HeaderSize(header_, n) + entry_bytes_, '\0');
+  char* dst = out.data();
+  char* table = EncodeHeader(header_, n, dst);
+  char* p = table + kBaseSlotSize * n;
+  size_t slot = 0;
+  for (const Piece& piece : pieces_) {
+    if (piece.from == nullptr) {
+      const LeafRecord& r = piece.record;
+      PutSlot(table, n, slot++, r.key, static_cast<size_t>(p - dst));
+      p = PutBytes(p, r.key);
+      p = PutBytes(p, r.value);
+      EncodeFixed64(p, r.lsn);
+      p += 8;
+      *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+      continue;
+    }
+    // A run: its prefixes as they are, its offsets moved to where its bytes
+    // now start, its bytes in one copy (AddRun checked the spans).
+    const BaseView& from = *piece.from;
+    const char* data = from.payload_.data();
+    const char* offsets = data + from.offsets_at_;
+    const size_t k = piece.end - piece.begin;
+    std::memcpy(table + 8 * slot, data + from.prefixes_at_ + 8 * piece.begin, 8 * k);
+    const size_t begin = DecodeFixed32(offsets + 4 * piece.begin);
+    const size_t end =
+        piece.end < from.count_ ? DecodeFixed32(offsets + 4 * piece.end) : from.payload_.size();
+    const size_t shifted = static_cast<size_t>(p - dst);
+    char* out_offsets = table + 8 * n + 4 * slot;
+    for (size_t i = 0; i < k; ++i) {
+      const size_t old = DecodeFixed32(offsets + 4 * (piece.begin + i));
+      EncodeFixed32(out_offsets + 4 * i, static_cast<uint32_t>(old - begin + shifted));
+    }
+    std::memcpy(p, data + begin, end - begin);
+    p += end - begin;
+    slot += k;
+  }
+  assert(slot == n && static_cast<size_t>(p - dst) == out.size());
+  return out;
 }
 
 // ---- Deltas ----------------------------------------------------------------------

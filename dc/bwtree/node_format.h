@@ -29,12 +29,22 @@ inline constexpr uint32_t kNoHint = 0xffffffffu;
 
 // ---- Base nodes ----------------------------------------------------------------
 
+// Values 1 and 2 were the bases without a key prefix table (retired; they
+// read as Corruption).
 enum class NodeType : uint8_t {
-  kLeaf = 1,   // level 0: records (key, value, LSN, tombstone)
-  kInner = 2,  // level > 0: entries (separator, child PID)
+  kLeaf = 3,   // level 0: records (key, value, LSN, tombstone)
+  kInner = 4,  // level > 0: entries (separator, child PID)
 };
 
+// The first 8 bytes of a key, zero-padded, read as a big-endian number. It
+// is monotone: a <= b bytewise implies KeyPrefix(a) <= KeyPrefix(b), so
+// unequal prefixes order two keys without reading them.
+uint64_t KeyPrefix(Slice key);
+
 inline constexpr size_t kBaseFixedHeaderSize = 24;
+// Bytes per entry in a base's slot tables: an 8-byte key prefix and a 4-byte
+// payload offset.
+inline constexpr size_t kBaseSlotSize = 12;
 // Header flag bits.
 inline constexpr uint8_t kBaseHighInfinite = 1;
 // Leaf record flag bits.
@@ -87,7 +97,7 @@ struct BasePosition {
 };
 
 // A read-only view over a base node payload. Parse() checks the header and
-// that the offset table fits; each entry access checks that entry's bytes, so
+// that the slot tables fit; each entry access checks that entry's bytes, so
 // a lookup costs O(log n) and never reads out of bounds even on a corrupt
 // payload. Validate() checks everything (O(n)), for loads and tests.
 class BaseView {
@@ -126,15 +136,54 @@ class BaseView {
   Status Validate() const;
 
  private:
+  friend class LeafBaseBuilder;
   // Bytes of entry i: [begin, end) within the payload.
   Result<Slice> EntryBytes(size_t i) const;
-  Result<size_t> LowerBound(Slice key, size_t lo, size_t hi) const;
+  // Entry i's key prefix (from the prefix table). REQUIRES: i < count().
+  uint64_t PrefixAt(size_t i) const;
+  // <0, 0, >0 as entry i's key compares with `key` (whose prefix is given):
+  // by prefix where they differ, by the whole keys otherwise.
+  Result<int> CompareAt(size_t i, Slice key, uint64_t prefix) const;
+  Result<size_t> LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi) const;
 
   Slice payload_;
   BaseHeader header_;
   size_t count_ = 0;
+  size_t prefixes_at_ = 0;  // payload offset of the prefix table
   size_t offsets_at_ = 0;  // payload offset of the offset table
   size_t entries_at_ = 0;  // payload offset of the first entry
+};
+
+// Builds a leaf base from runs of another leaf base's entries, copied as
+// bytes with their key prefixes (offsets shifted), and new records, added in
+// ascending key order: what consolidation does without decoding the records
+// it keeps. Each run's entries are checked to be leaf records of exactly
+// their offset-table spans (lengths and flags), not otherwise decoded.
+// REQUIRES: runs and records are added in strictly ascending key order, all
+// in the header's range; views stay valid until Finish().
+class LeafBaseBuilder {
+ public:
+  explicit LeafBaseBuilder(const BaseHeader& header) : header_(header) {}
+  // Entries [begin, end) of `from` (a leaf base). Tombstones with LSN below
+  // `purge_bound` are left out and counted in *purged.
+  // REQUIRES: begin <= end <= from.count().
+  Status AddRun(const BaseView& from, size_t begin, size_t end, uint64_t purge_bound = 0,
+                size_t* purged = nullptr);
+  void AddRecord(const LeafRecord& record);
+  size_t count() const { return count_; }
+  // The base payload.
+  std::string Finish() const;
+
+ private:
+  struct Piece {
+    const BaseView* from = nullptr;  // a run [begin, end) of `from`, or:
+    size_t begin = 0, end = 0;
+    LeafRecord record;               // a new record (from == nullptr)
+  };
+  BaseHeader header_;
+  std::vector<Piece> pieces_;
+  size_t count_ = 0;
+  size_t entry_bytes_ = 0;
 };
 
 // ---- Deltas --------------------------------------------------------------------

@@ -528,8 +528,131 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
   return out;
 }
 
+namespace {
+
+// Consolidate(head, ...) for the common chain: record and split deltas over
+// one leaf base (no merge or remove-node delta). The base is not decoded:
+// the runs of its entries that no folded delta replaces are copied as bytes
+// (LeafBaseBuilder), each folded record placed by a search of the base.
+// False in *simple when the chain is not of that form (nothing is done).
+Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bound,
+                                           uint64_t purge_bound, bool* simple) {
+  *simple = false;
+  LeafImage image;  // header and deltas only; base records stay in the base
+  std::optional<Slice> cut;  // the lowest split separator: keys >= it are gone
+  bool range_set = false;
+  const PageNode* base_node = nullptr;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kBase) {
+      base_node = n;
+      break;
+    }
+    if (n->kind != NodeKind::kDelta) continue;
+    ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+    if (IsRecordDelta(d.type)) {
+      if (!cut || d.key < *cut) {
+        image.deltas.push_back(LeafImage::Delta{d, n->tag});
+      } else {
+        ++image.dropped;
+      }
+    } else if (d.type == DeltaType::kSplit) {
+      if (!range_set) {
+        range_set = true;
+        image.header.high_infinite = false;
+        image.header.high_key = d.key;
+        image.header.right_sibling = d.pid;
+      }
+      if (!cut || d.key < *cut) cut = d.key;
+    } else {
+      return ConsolidatedPage();  // merge, remove-node (or corrupt): not simple
+    }
+  }
+  if (base_node == nullptr) return ConsolidatedPage();
+  ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
+  if (!base.is_leaf()) return ConsolidatedPage();
+  *simple = true;
+  image.header.low_key = base.header().low_key;
+  if (!range_set) {
+    image.header.high_infinite = base.header().high_infinite;
+    image.header.high_key = base.header().high_key;
+    image.header.right_sibling = base.header().right_sibling;
+  }
+  image.header.type = NodeType::kLeaf;
+  image.header.level = 0;
+
+  ConsolidatedPage out;
+  out.base_tag = base_node->tag;
+  // The base's entries below the cut.
+  size_t base_end = base.count();
+  if (cut) {
+    ASSIGN_OR_RETURN(BasePosition at, base.Find(*cut));
+    base_end = at.index;
+  }
+  out.dropped = image.dropped + (base.count() - base_end);
+
+  // Per key, as in Consolidate(image): kept deltas down to the first
+  // foldable one, which is folded.
+  std::vector<size_t> order;
+  std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
+  LeafBaseBuilder builder(image.header);
+  std::vector<size_t> kept;
+  size_t next_base = 0;  // base entries before it are placed
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
+    bool done = false;
+    for (size_t k = i; k < j; ++k) {
+      if (done) {
+        ++out.dropped;
+      } else if (sorted[k]->d.lsn > lsn_bound) {
+        kept.push_back(order[k]);
+      } else {
+        const DeltaView& d = sorted[k]->d;
+        // The base entries below the key go first; an entry for the key is
+        // replaced. The delta's hint narrows the search when it is right.
+        const size_t hint = d.hint == kNoHint ? next_base : std::max<size_t>(d.hint, next_base);
+        ASSIGN_OR_RETURN(BasePosition pos,
+                         base.Find(d.key, std::min(hint, base_end), std::min(hint, base_end)));
+        const size_t at = std::min(std::max(pos.index, next_base), base_end);
+        RETURN_IF_ERROR(builder.AddRun(base, next_base, at, purge_bound, &out.purged));
+        next_base = at;
+        if (pos.exact && at == pos.index && at < base_end) ++next_base;
+        const LeafRecord r = RecordOf(d);
+        if (r.tombstone && r.lsn < purge_bound) {
+          ++out.purged;
+        } else {
+          builder.AddRecord(r);
+        }
+        out.base_tag = std::max(out.base_tag, d.lsn);
+        ++out.folded;
+        done = true;
+      }
+    }
+    i = j;
+  }
+  RETURN_IF_ERROR(builder.AddRun(base, next_base, base_end, purge_bound, &out.purged));
+  out.base = builder.Finish();
+
+  // Kept deltas, newest first, with hints against the new base.
+  std::sort(kept.begin(), kept.end());
+  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(out.base));
+  out.deltas.reserve(kept.size());
+  for (size_t k : kept) {
+    DeltaView d = image.deltas[k].d;
+    ASSIGN_OR_RETURN(BasePosition pos, new_base.Find(d.key));
+    d.hint = ToHint(pos.index);
+    out.deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), image.deltas[k].tag});
+  }
+  return out;
+}
+
+}  // namespace
+
 Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
                                      uint64_t purge_bound) {
+  bool simple = false;
+  ASSIGN_OR_RETURN(ConsolidatedPage fast, ConsolidateSimple(head, lsn_bound, purge_bound, &simple));
+  if (simple) return fast;
   LeafImage image;
   RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
   if (image.removed) return Status::NotSupported("bw-tree: consolidating a removed page");

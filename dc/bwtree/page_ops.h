@@ -201,6 +201,10 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
 // over an empty leaf covering everything.
 // The kept-deltas-over-base state looks up exactly like the old chain, except
 // that purged tombstones read as kNotFound.
+// A chain of record and split deltas over a leaf base (the common case) is
+// consolidated without decoding the base: the runs of base records no
+// folded delta replaces are copied as bytes (LeafBaseBuilder); the result is
+// byte for byte what gathering the chain and Consolidate(image) build.
 Result<ConsolidatedPage> Consolidate(const llama::PageNode* head, uint64_t lsn_bound,
                                      uint64_t purge_bound = 0);
 

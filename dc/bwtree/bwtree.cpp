@@ -626,7 +626,20 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
   std::string right_base;
   std::vector<ConsolidatedPage::Delta> right_deltas;  // newest first
   uint64_t right_tag = 0;
-  if (level == 0) {
+  if (level == 0 && DeltaCount(head) == 0) {
+    // A lone base (the usual state right after a consolidation): the
+    // separator is its middle key, and the upper half is copied as bytes.
+    ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
+    if (!base.is_leaf() || base.count() < 2) return Status::OK();
+    ASSIGN_OR_RETURN(Slice middle, base.KeyAt(base.count() / 2));
+    separator = middle.ToString();
+    if (!base.header().high_infinite) split_until = base.header().high_key.ToString();
+    ASSIGN_OR_RETURN(ConsolidatedPage page,
+                     ConsolidateFrom(head, separator, FlushBound(), PurgeBound()));
+    right_base = std::move(page.base);
+    right_tag = page.base_tag;
+    right_deltas = std::move(page.deltas);
+  } else if (level == 0) {
     LeafImage image;
     RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
     std::vector<Slice> keys;

@@ -535,8 +535,10 @@ namespace {
 // the runs of its entries that no folded delta replaces are copied as bytes
 // (LeafBaseBuilder), each folded record placed by a search of the base.
 // False in *simple when the chain is not of that form (nothing is done).
+// With `from`: only keys >= *from are kept, and *from is the new low key.
 Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bound,
-                                           uint64_t purge_bound, bool* simple) {
+                                           uint64_t purge_bound, const Slice* from,
+                                           bool* simple) {
   *simple = false;
   LeafImage image;  // header and deltas only; base records stay in the base
   std::optional<Slice> cut;  // the lowest split separator: keys >= it are gone
@@ -550,6 +552,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
     if (n->kind != NodeKind::kDelta) continue;
     ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
     if (IsRecordDelta(d.type)) {
+      if (from != nullptr && d.key < *from) continue;  // not in the part kept
       if (!cut || d.key < *cut) {
         image.deltas.push_back(LeafImage::Delta{d, n->tag});
       } else {
@@ -571,7 +574,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
   ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
   if (!base.is_leaf()) return ConsolidatedPage();
   *simple = true;
-  image.header.low_key = base.header().low_key;
+  image.header.low_key = from != nullptr ? *from : base.header().low_key;
   if (!range_set) {
     image.header.high_infinite = base.header().high_infinite;
     image.header.high_key = base.header().high_key;
@@ -588,6 +591,11 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
     ASSIGN_OR_RETURN(BasePosition at, base.Find(*cut));
     base_end = at.index;
   }
+  size_t base_begin = 0;
+  if (from != nullptr) {
+    ASSIGN_OR_RETURN(BasePosition at, base.Find(*from));
+    base_begin = std::min(at.index, base_end);
+  }
   out.dropped = image.dropped + (base.count() - base_end);
 
   // Per key, as in Consolidate(image): kept deltas down to the first
@@ -596,7 +604,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
   std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
   LeafBaseBuilder builder(image.header);
   std::vector<size_t> kept;
-  size_t next_base = 0;  // base entries before it are placed
+  size_t next_base = base_begin;  // base entries before it are placed
   for (size_t i = 0; i < sorted.size();) {
     size_t j = i;
     while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
@@ -651,12 +659,22 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
 Result<ConsolidatedPage> Consolidate(const PageNode* head, uint64_t lsn_bound,
                                      uint64_t purge_bound) {
   bool simple = false;
-  ASSIGN_OR_RETURN(ConsolidatedPage fast, ConsolidateSimple(head, lsn_bound, purge_bound, &simple));
+  ASSIGN_OR_RETURN(ConsolidatedPage fast,
+                   ConsolidateSimple(head, lsn_bound, purge_bound, nullptr, &simple));
   if (simple) return fast;
   LeafImage image;
   RETURN_IF_ERROR(GatherLeaf(head, PageReader(), &image));
   if (image.removed) return Status::NotSupported("bw-tree: consolidating a removed page");
   return Consolidate(image, lsn_bound, purge_bound);
+}
+
+Result<ConsolidatedPage> ConsolidateFrom(const PageNode* head, Slice low, uint64_t lsn_bound,
+                                         uint64_t purge_bound) {
+  bool simple = false;
+  ASSIGN_OR_RETURN(ConsolidatedPage page,
+                   ConsolidateSimple(head, lsn_bound, purge_bound, &low, &simple));
+  if (!simple) return Status::NotSupported("bw-tree: not a plain leaf chain");
+  return page;
 }
 
 PageNode* BuildChain(llama::Llama* llama, const ConsolidatedPage& page) {

@@ -208,6 +208,14 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
 Result<ConsolidatedPage> Consolidate(const llama::PageNode* head, uint64_t lsn_bound,
                                      uint64_t purge_bound = 0);
 
+// The part of a leaf page's state at and above `low`, consolidated as
+// Consolidate(head, ...) does, with `low` as the new base's low key: the state
+// of a split's new right sibling. Base records are copied as bytes.
+// NotSupported unless the chain holds only record and split deltas over a
+// leaf base. REQUIRES: `low` lies in the page's range.
+Result<ConsolidatedPage> ConsolidateFrom(const llama::PageNode* head, Slice low,
+                                         uint64_t lsn_bound, uint64_t purge_bound = 0);
+
 // Builds the chain for Llama::UpdateR from a consolidated page: a kBase node
 // tagged base_tag under the kept deltas, each tagged with its LSN. The nodes
 // are the caller's until UpdateR succeeds (Llama::DiscardChain otherwise).

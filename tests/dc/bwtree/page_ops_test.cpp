@@ -358,6 +358,30 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     auto view = BaseView::Parse(fast->base);
     REQUIRE(view.ok());
     CHECK(view->Validate().ok());
+
+    // A split's right half, from a random key up, both ways.
+    const std::string low = Key(static_cast<int>(rnd.Uniform(120)));
+    INFO("from " << low);
+    auto right = ConsolidateFrom(head, low, lsn_bound, purge_bound);
+    REQUIRE(right.ok());
+    LeafImage upper;
+    upper.header = image.header;
+    upper.header.low_key = low;
+    upper.base_tag = image.base_tag;
+    for (const LeafRecord& r : image.base) {
+      if (r.key >= Slice(low)) upper.base.push_back(r);
+    }
+    for (const LeafImage::Delta& d : image.deltas) {
+      if (d.d.key >= Slice(low)) upper.deltas.push_back(d);
+    }
+    auto slow_right = Consolidate(upper, lsn_bound, purge_bound);
+    REQUIRE(slow_right.ok());
+    CHECK(right->base == slow_right->base);
+    CHECK(right->base_tag == slow_right->base_tag);
+    REQUIRE(right->deltas.size() == slow_right->deltas.size());
+    for (size_t i = 0; i < right->deltas.size(); ++i) {
+      CHECK(right->deltas[i].payload == slow_right->deltas[i].payload);
+    }
   }
 }
 

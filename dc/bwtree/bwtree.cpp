@@ -629,9 +629,21 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
   if (level == 0 && DeltaCount(head) == 0) {
     // A lone base (the usual state right after a consolidation): the
     // separator is its middle key, and the upper half is copied as bytes.
-    ASSIGN_OR_RETURN(BaseView base, BaseOf(head));
+    const PageNode* base_node = head;
+    while (base_node != nullptr && base_node->kind != NodeKind::kBase) base_node = base_node->next;
+    if (base_node == nullptr) return Status::Corruption("bw-tree: page without a base");
+    ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
     if (!base.is_leaf() || base.count() < 2) return Status::OK();
-    ASSIGN_OR_RETURN(Slice middle, base.KeyAt(base.count() / 2));
+    size_t at = base.count() / 2;
+    // Appends at the right edge (keys written in ascending order, as LSNs
+    // grow): when the rightmost leaf's last record is its newest, the left
+    // page keeps 7/8 of the records, since no key will come below them. Its
+    // leaves then end up 7/8 full instead of half.
+    if (base.header().high_infinite && base.count() >= 16) {
+      ASSIGN_OR_RETURN(LeafRecord last, base.RecordAt(base.count() - 1));
+      if (last.lsn == base_node->tag) at = base.count() - base.count() / 8;
+    }
+    ASSIGN_OR_RETURN(Slice middle, base.KeyAt(at));
     separator = middle.ToString();
     if (!base.header().high_infinite) split_until = base.header().high_key.ToString();
     ASSIGN_OR_RETURN(ConsolidatedPage page,

@@ -50,7 +50,7 @@ namespace deuteron::bwtree {
 struct BwTreeOptions {
   Limits limits;
   // Consolidate a node when its chain holds more than this many deltas.
-  size_t leaf_delta_threshold = 8;
+  size_t leaf_delta_threshold = 4;
   size_t inner_delta_threshold = 1;  // inner chains are walked by every descent
   // Split a node when its consolidated state holds more records (entries)
   // than this, or its base is larger than the byte limit.

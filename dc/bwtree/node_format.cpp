@@ -21,8 +21,8 @@ size_t HeaderSize(const BaseHeader& h, size_t count) {
          kBaseSlotSize * count;
 }
 
-// Writes the fixed header and the low and high keys; returns where the prefix
-// table starts (the offset table follows it, 8 * count bytes on).
+// Writes the fixed header and the low and high keys; returns where the slot
+// table starts.
 char* EncodeHeader(const BaseHeader& h, size_t count, char* dst) {
   dst[0] = static_cast<char>(h.type);
   dst[1] = static_cast<char>(h.level);
@@ -41,11 +41,11 @@ char* EncodeHeader(const BaseHeader& h, size_t count, char* dst) {
   return p;
 }
 
-// Writes slot i (its key prefix and payload offset) of a base with `count`
-// entries whose prefix table starts at `prefixes`.
-void PutSlot(char* prefixes, size_t count, size_t i, Slice key, size_t offset) {
-  EncodeFixed64(prefixes + 8 * i, KeyPrefix(key));
-  EncodeFixed32(prefixes + 8 * count + 4 * i, static_cast<uint32_t>(offset));
+// Writes slot i (its key prefix and payload offset) of the slot table at
+// `slots`.
+void PutSlot(char* slots, size_t i, Slice key, size_t offset) {
+  EncodeFixed64(slots + kBaseSlotSize * i, KeyPrefix(key));
+  EncodeFixed32(slots + kBaseSlotSize * i + 8, static_cast<uint32_t>(offset));
 }
 
 Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree node: ") + what); }
@@ -87,7 +87,7 @@ void EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& rec
     const LeafRecord& r = records[i];
     assert(i == 0 || records[i - 1].key < r.key);
     assert(!r.tombstone || r.value.empty());
-    PutSlot(table, n, i, r.key, static_cast<size_t>(p - dst));
+    PutSlot(table, i, r.key, static_cast<size_t>(p - dst));
     p = PutBytes(p, r.key);
     p = PutBytes(p, r.value);
     EncodeFixed64(p, r.lsn);
@@ -106,7 +106,7 @@ void EncodeInnerBase(const BaseHeader& header, const std::vector<InnerEntry>& en
   for (size_t i = 0; i < n; ++i) {
     const InnerEntry& e = entries[i];
     assert(i == 0 || entries[i - 1].separator < e.separator);
-    PutSlot(table, n, i, e.separator, static_cast<size_t>(p - dst));
+    PutSlot(table, i, e.separator, static_cast<size_t>(p - dst));
     p = PutBytes(p, e.separator);
     EncodeFixed64(p, e.child);
     p += 8;
@@ -154,11 +154,10 @@ Result<BaseView> BaseView::Parse(Slice payload) {
   if (v.header_.high_infinite && high_len != 0) return Bad("infinite high key with bytes");
   const uint64_t table_at = kBaseFixedHeaderSize + low_len + high_len;
   const uint64_t entries_at = table_at + kBaseSlotSize * static_cast<uint64_t>(v.count_);
-  if (entries_at > payload.size()) return Bad("base header or slot tables truncated");
+  if (entries_at > payload.size()) return Bad("base header or slot table truncated");
   v.header_.low_key = Slice(d + kBaseFixedHeaderSize, low_len);
   v.header_.high_key = Slice(d + kBaseFixedHeaderSize + low_len, high_len);
-  v.prefixes_at_ = table_at;
-  v.offsets_at_ = table_at + 8 * static_cast<uint64_t>(v.count_);
+  v.slots_at_ = table_at;
   v.entries_at_ = entries_at;
   if (v.count_ == 0 && entries_at != payload.size()) return Bad("trailing bytes in empty base");
   return v;
@@ -166,9 +165,8 @@ Result<BaseView> BaseView::Parse(Slice payload) {
 
 Result<Slice> BaseView::EntryBytes(size_t i) const {
   assert(i < count_);
-  const char* table = payload_.data() + offsets_at_;
-  const size_t begin = DecodeFixed32(table + 4 * i);
-  const size_t end = i + 1 < count_ ? DecodeFixed32(table + 4 * (i + 1)) : payload_.size();
+  const size_t begin = OffsetAt(i);
+  const size_t end = i + 1 < count_ ? OffsetAt(i + 1) : payload_.size();
   if (begin < entries_at_ || begin >= end || end > payload_.size()) {
     return Bad("base entry offset out of range");
   }
@@ -228,12 +226,11 @@ Result<LeafRecord> BaseView::RecordAt(size_t i) const {
 
 Status BaseView::AppendRecords(std::vector<LeafRecord>* out, const Slice* stop) const {
   assert(is_leaf());
-  const char* table = payload_.data() + offsets_at_;
   const char* const end = payload_.data() + payload_.size();
   const char* p = payload_.data() + entries_at_;
   out->reserve(out->size() + count_);
   for (size_t i = 0; i < count_; ++i) {
-    if (DecodeFixed32(table + 4 * i) != static_cast<uint32_t>(p - payload_.data())) {
+    if (OffsetAt(i) != static_cast<size_t>(p - payload_.data())) {
       return Bad("base entry offset out of place");
     }
     LeafRecord r;
@@ -259,7 +256,12 @@ Result<InnerEntry> BaseView::EntryAt(size_t i) const {
 
 uint64_t BaseView::PrefixAt(size_t i) const {
   assert(i < count_);
-  return DecodeFixed64(payload_.data() + prefixes_at_ + 8 * i);
+  return DecodeFixed64(payload_.data() + slots_at_ + kBaseSlotSize * i);
+}
+
+size_t BaseView::OffsetAt(size_t i) const {
+  assert(i < count_);
+  return DecodeFixed32(payload_.data() + slots_at_ + kBaseSlotSize * i + 8);
 }
 
 Result<int> BaseView::CompareAt(size_t i, Slice key, uint64_t prefix) const {
@@ -274,26 +276,26 @@ Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_
   // [lo, hi) narrows to the entries whose prefix equals the key's. Prefixes
   // are monotone in the keys, so every entry before lies below the key and
   // every one after above it.
-  const char* prefixes = payload_.data() + prefixes_at_;
+  const char* slots = payload_.data() + slots_at_;
   // The probes are dependent loads, each likely a cache miss on a cold
   // node: ask for every line of the searched range at once (a few lines;
   // the misses then overlap instead of following one another).
   if (hi - lo > 8) {
-    const char* const end = prefixes + 8 * hi;
-    for (const char* p = prefixes + 8 * lo; p < end; p += 64) __builtin_prefetch(p);
+    const char* const end = slots + kBaseSlotSize * hi;
+    for (const char* p = slots + kBaseSlotSize * lo; p < end; p += 64) __builtin_prefetch(p);
   }
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    if (DecodeFixed64(prefixes + 8 * mid) < prefix) {
+    if (DecodeFixed64(slots + kBaseSlotSize * mid) < prefix) {
       lo = mid + 1;
     } else {
       hi = mid;
     }
   }
-  if (lo == count_ || DecodeFixed64(prefixes + 8 * lo) != prefix) return lo;
+  if (lo == count_ || DecodeFixed64(slots + kBaseSlotSize * lo) != prefix) return lo;
   // Keys sharing the prefix: their end, then whole keys within.
   size_t end = lo + 1;
-  for (size_t step = 1; end < count_ && DecodeFixed64(prefixes + 8 * end) == prefix; step *= 2) {
+  for (size_t step = 1; end < count_ && DecodeFixed64(slots + kBaseSlotSize * end) == prefix; step *= 2) {
     end = std::min(count_, end + step);
   }
   while (lo < end) {
@@ -338,8 +340,8 @@ Result<BasePosition> BaseView::Find(Slice key, size_t lo, size_t hi) const {
 
 Status BaseView::Validate() const {
   if (count_ > 0) {
-    const size_t first = DecodeFixed32(payload_.data() + offsets_at_);
-    if (first != entries_at_) return Bad("first base entry not after the offset table");
+    const size_t first = OffsetAt(0);
+    if (first != entries_at_) return Bad("first base entry not after the slot table");
   }
   Slice prev;
   for (size_t i = 0; i < count_; ++i) {
@@ -369,11 +371,8 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
                                uint64_t purge_bound, size_t* purged) {
   assert(from.is_leaf() && begin <= end && end <= from.count_);
   const char* data = from.payload_.data();
-  const char* offsets = data + from.offsets_at_;
   const size_t size = from.payload_.size();
-  auto offset = [&](size_t i) -> size_t {
-    return i < from.count_ ? DecodeFixed32(offsets + 4 * i) : size;
-  };
+  auto offset = [&](size_t i) -> size_t { return i < from.count_ ? from.OffsetAt(i) : size; };
   // Each entry: fixed32 key length, key, fixed32 value length, value,
   // fixed64 LSN, flags; exactly its span.
   size_t run_begin = begin;
@@ -423,7 +422,7 @@ std::string LeafBaseBuilder::Finish() const {
   for (const Piece& piece : pieces_) {
     if (piece.from == nullptr) {
       const LeafRecord& r = piece.record;
-      PutSlot(table, n, slot++, r.key, static_cast<size_t>(p - dst));
+      PutSlot(table, slot++, r.key, static_cast<size_t>(p - dst));
       p = PutBytes(p, r.key);
       p = PutBytes(p, r.value);
       EncodeFixed64(p, r.lsn);
@@ -431,21 +430,19 @@ std::string LeafBaseBuilder::Finish() const {
       *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
       continue;
     }
-    // A run: its prefixes as they are, its offsets moved to where its bytes
-    // now start, its bytes in one copy (AddRun checked the spans).
+    // A run: its slots as they are, their offsets then moved to where its
+    // bytes now start, its bytes in one copy (AddRun checked the spans).
     const BaseView& from = *piece.from;
     const char* data = from.payload_.data();
-    const char* offsets = data + from.offsets_at_;
     const size_t k = piece.end - piece.begin;
-    std::memcpy(table + 8 * slot, data + from.prefixes_at_ + 8 * piece.begin, 8 * k);
-    const size_t begin = DecodeFixed32(offsets + 4 * piece.begin);
-    const size_t end =
-        piece.end < from.count_ ? DecodeFixed32(offsets + 4 * piece.end) : from.payload_.size();
+    char* out_slots = table + kBaseSlotSize * slot;
+    std::memcpy(out_slots, data + from.slots_at_ + kBaseSlotSize * piece.begin, kBaseSlotSize * k);
+    const size_t begin = from.OffsetAt(piece.begin);
+    const size_t end = piece.end < from.count_ ? from.OffsetAt(piece.end) : from.payload_.size();
     const size_t shifted = static_cast<size_t>(p - dst);
-    char* out_offsets = table + 8 * n + 4 * slot;
     for (size_t i = 0; i < k; ++i) {
-      const size_t old = DecodeFixed32(offsets + 4 * (piece.begin + i));
-      EncodeFixed32(out_offsets + 4 * i, static_cast<uint32_t>(old - begin + shifted));
+      char* o = out_slots + kBaseSlotSize * i + 8;
+      EncodeFixed32(o, static_cast<uint32_t>(DecodeFixed32(o) - begin + shifted));
     }
     std::memcpy(p, data + begin, end - begin);
     p += end - begin;

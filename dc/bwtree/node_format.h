@@ -42,7 +42,7 @@ enum class NodeType : uint8_t {
 uint64_t KeyPrefix(Slice key);
 
 inline constexpr size_t kBaseFixedHeaderSize = 24;
-// Bytes per entry in a base's slot tables: an 8-byte key prefix and a 4-byte
+// Bytes per entry in a base's slot table: an 8-byte key prefix and a 4-byte
 // payload offset.
 inline constexpr size_t kBaseSlotSize = 12;
 // Header flag bits.
@@ -97,7 +97,7 @@ struct BasePosition {
 };
 
 // A read-only view over a base node payload. Parse() checks the header and
-// that the slot tables fit; each entry access checks that entry's bytes, so
+// that the slot table fits; each entry access checks that entry's bytes, so
 // a lookup costs O(log n) and never reads out of bounds even on a corrupt
 // payload. Validate() checks everything (O(n)), for loads and tests.
 class BaseView {
@@ -139,8 +139,10 @@ class BaseView {
   friend class LeafBaseBuilder;
   // Bytes of entry i: [begin, end) within the payload.
   Result<Slice> EntryBytes(size_t i) const;
-  // Entry i's key prefix (from the prefix table). REQUIRES: i < count().
+  // Entry i's key prefix and payload offset (from its slot).
+  // REQUIRES: i < count().
   uint64_t PrefixAt(size_t i) const;
+  size_t OffsetAt(size_t i) const;
   // <0, 0, >0 as entry i's key compares with `key` (whose prefix is given):
   // by prefix where they differ, by the whole keys otherwise.
   Result<int> CompareAt(size_t i, Slice key, uint64_t prefix) const;
@@ -149,8 +151,7 @@ class BaseView {
   Slice payload_;
   BaseHeader header_;
   size_t count_ = 0;
-  size_t prefixes_at_ = 0;  // payload offset of the prefix table
-  size_t offsets_at_ = 0;  // payload offset of the offset table
+  size_t slots_at_ = 0;    // payload offset of the slot table
   size_t entries_at_ = 0;  // payload offset of the first entry
 };
 

@@ -1212,13 +1212,17 @@ Status BwTree::FlushAll(uint64_t max_tag) {
   for (PageId pid = 1; pid <= high; ++pid) {
     if (!llama::MappingTable::IsMemory(table->Load(pid))) continue;
     auto guard = llama_->Enter();
-    for (int attempt = 0; attempt < 16; ++attempt) {
+    for (int attempt = 1;; ++attempt) {
       Result<llama::FlushResult> f = llama_->Flush(pid, max_tag, max_tag);
       if (!f.ok()) {
         if (f.status().IsNotFound()) break;
         return f.status();
       }
-      if (f->outcome == llama::FlushOutcome::kRaced) continue;
+      if (f->outcome == llama::FlushOutcome::kRaced) {
+        // Skipping the page would leave records under max_tag unflushed.
+        if (attempt >= 16) return Status::Busy("bw-tree: flush of a page kept racing");
+        continue;
+      }
       if (f->outcome == llama::FlushOutcome::kFlushed) last = std::max(last, f->end);
       break;
     }

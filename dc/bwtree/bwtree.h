@@ -181,7 +181,8 @@ class BwTree {
   // `max_tag` and makes the LSS stable up to the last flush. Pages whose
   // base cannot yet be written (younger than max_tag) are skipped. Each flush
   // is annotated with `max_tag` (as structure changes are with flush_bound()),
-  // so Llama::MaxAnnotation() bounds the LSNs in the LSS.
+  // so Llama::MaxAnnotation() bounds the LSNs in the LSS. Busy when a page
+  // kept changing under its flush (16 tries): nothing is lost, call again.
   Status FlushAll(uint64_t max_tag);
 
   // Walks the whole tree and verifies: every node decodes; keys ascend

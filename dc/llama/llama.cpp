@@ -619,6 +619,13 @@ uint64_t EffectiveBound(bool has_flush, uint64_t chain_bound, uint64_t max_tag) 
 Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotation) {
   ASSIGN_OR_RETURN(const PageNode* head, Read(pid));
   if (head == nullptr) return FlushResult{};
+  {
+    // A page private to an open system transaction is its commit's to write.
+    // Checked after the read: a page that becomes private later was freed and
+    // reallocated meanwhile, so the CAS below over `head` fails anyway.
+    std::lock_guard<std::mutex> att(att_mu_);
+    if (private_pages_.count(pid) != 0) return FlushResult{};
+  }
   ChainInfo info;
   AnalyzeChain(head, &info);
   const uint64_t bound = EffectiveBound(info.has_flush, info.bound, max_tag);

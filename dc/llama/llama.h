@@ -173,7 +173,9 @@ class Llama {
   // most `max_tag` into the LSS buffer (a C-delta, or the whole page when its
   // base is unflushed) and installs a flush node carrying `annotation`.
   // Reserve, then CAS, then copy; a failed CAS voids the reserved space.
-  // The records are stable only after MakeStable(result.end).
+  // The records are stable only after MakeStable(result.end). A page private
+  // to an open system transaction is left alone (kClean): its TCommit writes
+  // it, and a flush node on it would fail that commit.
   Result<FlushResult> Flush(PageId pid, uint64_t max_tag, uint64_t annotation);
 
   // Swap-out (LLAMA 3.3): drops the page's flushed and stable part from memory.

@@ -808,6 +808,12 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
     }
   }
   std::atomic<uint64_t> errors{0}, regressions{0};
+  auto fails = [&errors](const Status& s) {
+    if (s.ok()) return false;
+    std::fprintf(stderr, "unexpected status: %s\n", s.ToString().c_str());
+    errors.fetch_add(1);
+    return true;
+  };
   std::atomic<bool> stop{false};
   // progress[t]: the LSN of thread t's first operation not yet applied. As a
   // TC does, an RSSP is proposed only below every such LSN (every operation
@@ -823,15 +829,15 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
         const size_t end = std::min(ops.size(), i + 1 + rnd.Uniform(12));
         std::vector<RecordOp> views = Views(ops, i, end);
         const uint64_t esl = rnd.OneIn(4) ? ops[i].lsn : 0;
-        if (!dc->Apply(views, esl).ok()) errors.fetch_add(1);
+        fails(dc->Apply(views, esl).status());
         // Now and then the same batch again (a redo), and an RSSP proposal.
-        if (rnd.OneIn(6) && !dc->Apply(views, 0).ok()) errors.fetch_add(1);
+        if (rnd.OneIn(6)) fails(dc->Apply(views, 0).status());
         progress[t].store(end < ops.size() ? ops[end].lsn : ~0ull);
         if (t == 0 && rnd.OneIn(25)) {
           uint64_t rssp = ~0ull;
           for (const auto& p : progress) rssp = std::min(rssp, p.load());
           if (rssp != ~0ull) {
-            if (!dc->SetEsl(rssp - 1).ok() || !dc->ProposeRssp(rssp).ok()) errors.fetch_add(1);
+            if (!fails(dc->SetEsl(rssp - 1))) fails(dc->ProposeRssp(rssp));
           }
         }
         i = end;
@@ -845,10 +851,7 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
     while (!stop.load()) {
       const uint64_t k = rnd.Uniform(kKeys);
       Result<ReadResult> r = dc->Get(KeyName(k));
-      if (!r.ok()) {
-        errors.fetch_add(1);
-        continue;
-      }
+      if (fails(r.status())) continue;
       if (r->lsn < seen[k] && !(r->lsn == 0 && !r->found)) regressions.fetch_add(1);
       seen[k] = std::max(seen[k], r->lsn);
     }

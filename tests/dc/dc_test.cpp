@@ -150,6 +150,35 @@ TEST_CASE("LLAMA keeps the highest flush annotation across checkpoints and crash
   CHECK(l->MaxAnnotation() == 55);  // the checkpoint's, then the LSS after it
 }
 
+TEST_CASE("LLAMA leaves pages private to an open system transaction to its commit",
+          "[dc][llama]") {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  llama::LlamaOptions o = InProcessHarness::Options(HarnessConfig{}).llama;
+  Result<std::unique_ptr<llama::Llama>> opened = llama::Llama::Open(mem.get(), "/l", o);
+  REQUIRE(opened.ok());
+  llama::Llama* l = opened->get();
+  auto guard = l->Enter();
+  std::unique_ptr<llama::Llama::SystemTxn> txn = l->TBegin();
+  Result<llama::PageId> pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  llama::PageNode* base = l->NewNode(llama::NodeKind::kBase, 4, 1);
+  std::memcpy(base->payload(), "base", 4);
+  Result<bool> u = l->TUpdateD(txn.get(), *pid, nullptr, base);
+  REQUIRE((u.ok() && *u));
+  // A concurrent FlushAll reaching the page: nothing is installed on it.
+  Result<llama::FlushResult> f = l->Flush(*pid, 10, 10);
+  REQUIRE(f.ok());
+  CHECK(f->outcome == llama::FlushOutcome::kClean);
+  Result<bool> c = l->TCommit(txn.get(), 0, nullptr, nullptr, 10, 10);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(*c);
+  // Committed, it is an ordinary page: written by the commit, clean now.
+  f = l->Flush(*pid, 10, 10);
+  REQUIRE(f.ok());
+  CHECK(f->outcome == llama::FlushOutcome::kClean);
+}
+
 TEST_CASE("Bw-tree conditional writes compare with the held LSN, tombstones included",
           "[dc][bwtree]") {
   std::unique_ptr<Env> mem = NewMemEnv();

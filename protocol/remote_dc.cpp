@@ -9,6 +9,10 @@
 #include <thrift/transport/TSocket.h>
 #include <thrift/transport/TTransportException.h>
 
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <exception>
 #include <utility>
@@ -89,8 +93,13 @@ class RemoteDataComponent::Connection {
     auto config = std::make_shared<thrift::TConfiguration>(max_message, max_message);
     out_ = std::make_shared<TMemoryBuffer>(config);
     in_ = std::make_shared<TMemoryBuffer>(config);
-    client_ = std::make_unique<DataComponentServiceClient>(std::make_shared<TBinaryProtocol>(in_),
-                                                           std::make_shared<TBinaryProtocol>(out_));
+    // Replies are read strictly (a version header is required) and no
+    // string or list may claim more than a frame: garbage from a peer
+    // cannot make the client allocate more than max_frame_size.
+    const auto limit = static_cast<int32_t>(std::min<uint32_t>(o.max_frame_size, INT32_MAX));
+    auto iprot = std::make_shared<TBinaryProtocol>(in_, limit, limit, /*strict_read=*/true,
+                                                   /*strict_write=*/true);
+    client_ = std::make_unique<DataComponentServiceClient>(iprot, std::make_shared<TBinaryProtocol>(out_));
   }
 
   ~Connection() {
@@ -101,6 +110,16 @@ class RemoteDataComponent::Connection {
   }
 
   void Open() { socket_->open(); }
+
+  // False when an idle connection can no longer carry a call: the peer
+  // closed it (the server's idle timeout, a restart) or sent bytes nobody
+  // asked for. One nonblocking peek, no wait.
+  bool LooksAlive() {
+    if (!socket_->isOpen()) return false;
+    char byte;
+    const ssize_t n = ::recv(socket_->getSocketFD(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+  }
 
   DataComponentServiceClient& client() { return *client_; }
 
@@ -177,10 +196,11 @@ Result<std::unique_ptr<RemoteDataComponent::Connection>> RemoteDataComponent::Ac
   {
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      if (!idle_.empty()) {
+      while (!idle_.empty()) {
         std::unique_ptr<Connection> conn = std::move(idle_.back());
         idle_.pop_back();
-        return conn;
+        if (conn->LooksAlive()) return conn;
+        --open_;  // closed by the peer while idle: drop it, try the next
       }
       if (open_ < options_.max_connections) break;
       released_.wait(l);

@@ -387,8 +387,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void OnTimer() {
     if (closed_) return;
     const auto now = Clock::now();
-    if (busy_ || writing_ || !queue_.empty()) {
-      last_activity_ = now;  // a call in progress is not idleness
+    if (busy_) {
+      last_activity_ = now;  // a DataComponent call in progress is not idleness
     } else if (now >= last_activity_ + server_->options().idle_timeout) {
       DLOG_INFO("DC server: connection {} idle for {} ms: closing it", id_,
                 server_->options().idle_timeout.count());
@@ -563,7 +563,7 @@ std::optional<std::string> DcServer::Impl::Process(std::string& payload) {
                                      fmt::format("message type {} is not a call", static_cast<int>(type)));
       }
       auto in = std::make_shared<TMemoryBuffer>(data, size, TMemoryBuffer::OBSERVE, config_);
-      auto out = std::make_shared<TMemoryBuffer>(config_);
+      auto out = std::make_shared<TMemoryBuffer>();  // replies are checked below
       auto iprot = std::make_shared<TBinaryProtocol>(in, options_.string_limit,
                                                      options_.container_limit, true, true);
       auto oprot = std::make_shared<TBinaryProtocol>(out);

@@ -40,8 +40,8 @@ struct DcServerOptions {
   int32_t string_limit = 16 << 20;      // most bytes in one Thrift string
   int32_t container_limit = 1 << 20;    // most elements in one Thrift list
   size_t max_connections = 256;         // further connections are closed at once
-  // A connection with no request in progress and no bytes read for this
-  // long is closed. Zero: never.
+  // A connection with no bytes read and no reply written for this long is
+  // closed, unless a DataComponent call for it is in progress. Zero: never.
   std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
 };
 
@@ -59,7 +59,8 @@ class DcServer {
   Status Start();
 
   // Stops accepting, closes every connection, waits for DataComponent calls
-  // in progress to return, and joins every thread.
+  // in progress to return, and joins every thread. REQUIRES: not called
+  // from inside a DataComponent call made by this server.
   void Stop();
 
   // The bound port (the ephemeral one when options.port was 0); 0 before Start.

@@ -435,6 +435,23 @@ TEST_CASE("Bad bytes cost only their own connection", "[dc][server]") {
   CHECK(dc->Health().ok());
 }
 
+TEST_CASE("A reply over the server's frame limit becomes a typed TooLarge", "[dc][server]") {
+  DcServerOptions o = TestOptions();
+  o.max_frame_size = 4096;
+  Served s(o);
+  const std::string big(3000, 'v');
+  const RecordOp ops[] = {Put("a", big.c_str(), 1), Put("b", big.c_str(), 2)};
+  REQUIRE(s.fake.Apply(ops, 0).ok());
+  auto dc = s.Client();
+  auto one = dc->Get(Slice("a"));
+  REQUIRE(one.ok());
+  CHECK(one->value == big);
+  auto scan = dc->Scan(ScanRequest{});
+  INFO(scan.status().ToString());
+  CHECK(scan.status().code() == Code::kTooLarge);
+  CHECK(dc->Get(Slice("b")).ok());  // the connection is still in step
+}
+
 TEST_CASE("Connections over the limit are closed, later ones served", "[dc][server]") {
   DcServerOptions o = TestOptions();
   o.max_connections = 2;

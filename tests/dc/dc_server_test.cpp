@@ -534,6 +534,35 @@ TEST_CASE("Stop closes connected clients; a client recovers when the server retu
   CHECK(g->value == "v");
 }
 
+TEST_CASE("Stop waits for a DC call in progress; its client sees Unavailable", "[dc][server]") {
+  FakeDataComponent fake;
+  DcServer server(&fake, TestOptions());
+  REQUIRE(server.Start().ok());
+  RemoteOptions ro;
+  ro.port = server.port();
+  ro.recv_timeout_ms = 5000;
+  auto dc = RemoteDataComponent::Connect(ro);
+  REQUIRE(dc.ok());
+  REQUIRE((*dc)->SetEsl(10).ok());
+  fake.BlockRssp();
+  Status rssp_status;
+  std::thread rssp([&] { rssp_status = (*dc)->ProposeRssp(5); });
+  fake.WaitForBlockedRssp(1);
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    server.Stop();
+    stopped.store(true);
+  });
+  rssp.join();  // its connection was closed under it
+  INFO(rssp_status.ToString());
+  CHECK(rssp_status.IsUnavailable());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(!stopped.load());  // still waiting for the blocked DC call
+  fake.UnblockRssp();
+  stopper.join();
+  CHECK(stopped.load());
+}
+
 TEST_CASE("Start reports a port in use as Busy", "[dc][server]") {
   Served s;
   DcServerOptions o = TestOptions();

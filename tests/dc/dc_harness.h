@@ -21,7 +21,9 @@
 #include "common/env.h"
 #include "common/fault_env.h"
 #include "dc/dc.h"
+#include "dc/dc_server.h"
 #include "protocol/data_component.h"
+#include "protocol/remote_dc.h"
 
 namespace deuteron::test {
 
@@ -135,12 +137,64 @@ class InProcessHarness : public DcHarness {
   std::unique_ptr<dc::Dc> dc_;
 };
 
+// The remote binding: a DcServer on an ephemeral loopback port over an
+// in-process Dc, and a RemoteDataComponent connected to it. Crash and
+// Reopen stop the server, crash or reopen the Dc, and serve it again on a
+// new port with a new client (as a TC reconnects to a restarted DC).
+class RemoteHarness : public DcHarness {
+ public:
+  explicit RemoteHarness(HarnessConfig config) : DcHarness(config), local_(config) { Serve(); }
+  ~RemoteHarness() override { Unserve(); }
+
+  DataComponent* dc() override { return client_.get(); }
+  void Crash() override {
+    Unserve();
+    local_.Crash();
+    Serve();
+  }
+  void Reopen() override {
+    Unserve();
+    local_.Reopen();
+    Serve();
+  }
+
+ private:
+  void Serve() {
+    dc::DcServerOptions so;
+    so.port = 0;
+    so.io_threads = 1;
+    so.worker_threads = 4;  // the concurrency tests run several clients
+    server_ = std::make_unique<dc::DcServer>(local_.local(), so);
+    Status started = server_->Start();
+    INFO(started.ToString());
+    REQUIRE(started.ok());
+    protocol::RemoteOptions ro;
+    ro.port = server_->port();
+    ro.max_connections = 8;
+    Result<std::unique_ptr<protocol::RemoteDataComponent>> c =
+        protocol::RemoteDataComponent::Connect(ro);
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    client_ = std::move(c).value();
+  }
+  void Unserve() {
+    client_.reset();
+    if (server_ != nullptr) server_->Stop();
+    server_.reset();
+  }
+
+  InProcessHarness local_;
+  std::unique_ptr<dc::DcServer> server_;
+  std::unique_ptr<protocol::RemoteDataComponent> client_;
+};
+
 inline bool HasCode(const Status& s, Code code) { return s.code() == code; }
 
-inline std::vector<std::string> HarnessKinds() { return {"in-process"}; }
+inline std::vector<std::string> HarnessKinds() { return {"in-process", "remote"}; }
 
 inline std::unique_ptr<DcHarness> MakeHarness(const std::string& kind, HarnessConfig config) {
   if (kind == "in-process") return std::make_unique<InProcessHarness>(config);
+  if (kind == "remote") return std::make_unique<RemoteHarness>(config);
   FAIL("unknown DC binding " << kind);
   return nullptr;
 }

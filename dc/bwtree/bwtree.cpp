@@ -462,9 +462,9 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
   d.key = key;
   if (d.type != DeltaType::kDelete) d.value = value;
   d.lsn = lsn;
-  // Only the existence-checking kinds need the key's state; a blind write
-  // needs its page (and posts no search hint).
-  const bool blind = kind == WriteKind::kUpsert || kind == WriteKind::kBlindDelete;
+  // Only the existence- and LSN-checking writes need the key's state; a
+  // blind write needs its page (and posts no search hint).
+  const bool blind = !if_newer && (kind == WriteKind::kUpsert || kind == WriteKind::kBlindDelete);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Located loc;
     RETURN_IF_ERROR(Locate(key, &loc, /*need_record=*/!blind));

@@ -198,6 +198,38 @@ TEST_CASE("Write kinds follow their existence rules", "[dc][bwtree]") {
   RequireCheck(t);
 }
 
+// Blind upserts and deletes skip the record search (they need only the
+// page); a conditional write must still see the LSNs they left, over deltas
+// and over bases.
+TEST_CASE("Conditional writes see the LSNs of blind writes", "[dc][bwtree]") {
+  BwTreeOptions o;
+  SECTION("default nodes") {}
+  SECTION("consolidating constantly") {
+    o = SmallNodeOptions();
+    o.leaf_delta_threshold = 1;
+  }
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  for (int i = 0; i < 40; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    REQUIRE(t->Upsert(key, "v", 100 + i).ok());
+    if (i % 3 == 0) REQUIRE(t->Write(WriteKind::kBlindDelete, key, "", 200 + i).ok());
+  }
+  for (int i = 0; i < 40; ++i) {
+    INFO("key " << i);
+    const std::string key = "k" + std::to_string(i);
+    const uint64_t held = i % 3 == 0 ? 200 + i : 100 + i;
+    Result<bool> stale = t->WriteIfNewer(false, key, "old", held);
+    REQUIRE(stale.ok());
+    CHECK_FALSE(*stale);
+    Result<bool> newer = t->WriteIfNewer(false, key, "new", held + 1000);
+    REQUIRE(newer.ok());
+    CHECK(*newer);
+    RequireFound(t, key, "new", held + 1000);
+  }
+  RequireCheck(t);
+}
+
 TEST_CASE("Keys and values are bytes ordered bytewise", "[dc][bwtree]") {
   Fixture f(SmallNodeOptions());
   BwTree* t = f.tree.get();

@@ -551,8 +551,9 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   if (!HasDeltaOf(head, DeltaType::kMerge) && !HasDeltaOf(head, DeltaType::kRemoveNode)) {
     // The common case: no other page's state is involved, and the base's
     // unchanged records are copied as bytes (page_ops.h).
-    ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(head, FlushBound(), PurgeBound()));
-    PageNode* chain = BuildChain(llama_, page);
+    ConsolidatedPage page;
+    ASSIGN_OR_RETURN(PageNode* chain,
+                     ConsolidateChain(llama_, head, FlushBound(), PurgeBound(), &page));
     if (!llama_->UpdateR(pid, head, chain)) {
       llama_->DiscardChain(chain);
       counters_->failed_consolidations.Add();

@@ -411,11 +411,17 @@ void LeafBaseBuilder::AddRecord(const LeafRecord& record) {
   entry_bytes_ += 4 + record.key.size() + 4 + record.value.size() + 9;
 }
 
+size_t LeafBaseBuilder::size() const { return HeaderSize(header_, count_) + entry_bytes_; }
+
 std::string LeafBaseBuilder::Finish() const {
+  std::string out(size(), '\0');
+  Finish(out.data());
+  return out;
+}
+
+void LeafBaseBuilder::Finish(char* dst) const {
   assert(header_.type == NodeType::kLeaf && header_.level == 0);
   const size_t n = count_;
-  std::string out(HeaderSize(header_, n) + entry_bytes_, '\0');
-  char* dst = out.data();
   char* table = EncodeHeader(header_, n, dst);
   char* p = table + kBaseSlotSize * n;
   size_t slot = 0;
@@ -448,8 +454,8 @@ std::string LeafBaseBuilder::Finish() const {
     p += end - begin;
     slot += k;
   }
-  assert(slot == n && static_cast<size_t>(p - dst) == out.size());
-  return out;
+  assert(slot == n && static_cast<size_t>(p - dst) == size());
+  (void)slot;
 }
 
 // ---- Deltas ----------------------------------------------------------------------

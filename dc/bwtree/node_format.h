@@ -172,7 +172,10 @@ class LeafBaseBuilder {
                 size_t* purged = nullptr);
   void AddRecord(const LeafRecord& record);
   size_t count() const { return count_; }
-  // The base payload.
+  // The base payload's size, and the payload written into exactly that many
+  // bytes at dst (or returned).
+  size_t size() const;
+  void Finish(char* dst) const;
   std::string Finish() const;
 
  private:

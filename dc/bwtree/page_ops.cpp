@@ -536,9 +536,12 @@ namespace {
 // (LeafBaseBuilder), each folded record placed by a search of the base.
 // False in *simple when the chain is not of that form (nothing is done).
 // With `from`: only keys >= *from are kept, and *from is the new low key.
+// With `sink`, the base is written into the sink(size, base tag) bytes
+// instead of out.base.
+using BaseSink = std::function<char*(size_t size, uint64_t tag)>;
 Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bound,
                                            uint64_t purge_bound, const Slice* from,
-                                           bool* simple) {
+                                           bool* simple, const BaseSink& sink = nullptr) {
   *simple = false;
   LeafImage image;  // header and deltas only; base records stay in the base
   std::optional<Slice> cut;  // the lowest split separator: keys >= it are gone
@@ -639,11 +642,19 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
     i = j;
   }
   RETURN_IF_ERROR(builder.AddRun(base, next_base, base_end, purge_bound, &out.purged));
-  out.base = builder.Finish();
+  Slice new_bytes;
+  if (sink) {
+    char* dst = sink(builder.size(), out.base_tag);
+    builder.Finish(dst);
+    new_bytes = Slice(dst, builder.size());
+  } else {
+    out.base = builder.Finish();
+    new_bytes = out.base;
+  }
 
   // Kept deltas, newest first, with hints against the new base.
   std::sort(kept.begin(), kept.end());
-  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(out.base));
+  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(new_bytes));
   out.deltas.reserve(kept.size());
   for (size_t k : kept) {
     DeltaView d = image.deltas[k].d;
@@ -675,6 +686,34 @@ Result<ConsolidatedPage> ConsolidateFrom(const PageNode* head, Slice low, uint64
                    ConsolidateSimple(head, lsn_bound, purge_bound, &low, &simple));
   if (!simple) return Status::NotSupported("bw-tree: not a plain leaf chain");
   return page;
+}
+
+Result<PageNode*> ConsolidateChain(llama::Llama* llama, const PageNode* head, uint64_t lsn_bound,
+                                   uint64_t purge_bound, ConsolidatedPage* stats) {
+  PageNode* base = nullptr;
+  bool simple = false;
+  Result<ConsolidatedPage> page = ConsolidateSimple(
+      head, lsn_bound, purge_bound, nullptr, &simple, [&](size_t size, uint64_t tag) {
+        base = llama->NewNode(NodeKind::kBase, size, tag);
+        return base->payload();
+      });
+  if (!page.ok() || !simple) {
+    if (base != nullptr) llama->DiscardNode(base);
+    if (!page.ok()) return page.status();
+    // Not a plain chain: the general path, through a payload copy.
+    ASSIGN_OR_RETURN(ConsolidatedPage general, Consolidate(head, lsn_bound, purge_bound));
+    *stats = std::move(general);
+    return BuildChain(llama, *stats);
+  }
+  *stats = std::move(*page);
+  PageNode* chain = base;
+  for (auto it = stats->deltas.rbegin(); it != stats->deltas.rend(); ++it) {
+    PageNode* d = llama->NewNode(NodeKind::kDelta, it->payload.size(), it->tag);
+    std::memcpy(d->payload(), it->payload.data(), it->payload.size());
+    d->next = chain;
+    chain = d;
+  }
+  return chain;
 }
 
 PageNode* BuildChain(llama::Llama* llama, const ConsolidatedPage& page) {

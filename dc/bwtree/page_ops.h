@@ -216,6 +216,14 @@ Result<ConsolidatedPage> Consolidate(const llama::PageNode* head, uint64_t lsn_b
 Result<ConsolidatedPage> ConsolidateFrom(const llama::PageNode* head, Slice low,
                                          uint64_t lsn_bound, uint64_t purge_bound = 0);
 
+// Consolidate(head, ...) straight into a chain for Llama::UpdateR (as
+// BuildChain makes), the base written in its node without a payload copy.
+// *stats gets the consolidation's figures and kept deltas (its base is left
+// empty on the plain-chain path). The nodes are the caller's as for BuildChain.
+Result<llama::PageNode*> ConsolidateChain(llama::Llama* llama, const llama::PageNode* head,
+                                          uint64_t lsn_bound, uint64_t purge_bound,
+                                          ConsolidatedPage* stats);
+
 // Builds the chain for Llama::UpdateR from a consolidated page: a kBase node
 // tagged base_tag under the kept deltas, each tagged with its LSN. The nodes
 // are the caller's until UpdateR succeeds (Llama::DiscardChain otherwise).

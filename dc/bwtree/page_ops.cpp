@@ -620,10 +620,11 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
       } else {
         const DeltaView& d = sorted[k]->d;
         // The base entries below the key go first; an entry for the key is
-        // replaced. The delta's hint narrows the search when it is right.
-        const size_t hint = d.hint == kNoHint ? next_base : std::max<size_t>(d.hint, next_base);
-        ASSIGN_OR_RETURN(BasePosition pos,
-                         base.Find(d.key, std::min(hint, base_end), std::min(hint, base_end)));
+        // replaced. The search starts past the entries already placed; a
+        // delta's hint, when there is one, names the place (checked).
+        size_t lo = next_base, hi = base_end;
+        if (d.hint != kNoHint && d.hint >= next_base && d.hint <= base_end) lo = hi = d.hint;
+        ASSIGN_OR_RETURN(BasePosition pos, base.Find(d.key, lo, hi));
         const size_t at = std::min(std::max(pos.index, next_base), base_end);
         RETURN_IF_ERROR(builder.AddRun(base, next_base, at, purge_bound, &out.purged));
         next_base = at;

@@ -217,7 +217,8 @@ Status BwTree::Bootstrap() {
     llama_->TAbort(txn.get());
     return Status::Internal("bw-tree: could not build the initial pages");
   }
-  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, FlushBound(), 0);
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, bound, bound);
   if (!c.ok() || !*c) {
     llama_->TAbort(txn.get());
     return c.ok() ? Status::Internal("bw-tree: bootstrap commit failed") : c.status();
@@ -407,7 +408,30 @@ Result<uint64_t> BwTree::GetLsn(Slice key) {
   return loc.r.outcome == LookupOutcome::kNotFound ? 0 : loc.r.lsn;
 }
 
+Result<Record> BwTree::ReadHeld(Slice key, bool* found) {
+  RETURN_IF_ERROR(CheckKey(options_.limits, key));
+  auto guard = llama_->Enter();
+  counters_->reads.Add();
+  Located loc;
+  RETURN_IF_ERROR(Locate(key, &loc));
+  *found = loc.r.outcome == LookupOutcome::kFound;
+  if (*found) return Record{loc.r.value.ToString(), loc.r.lsn};
+  return Record{std::string(), loc.r.outcome == LookupOutcome::kDeleted ? loc.r.lsn : 0};
+}
+
 Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
+  return WriteImpl(kind, /*if_newer=*/false, key, value, lsn, nullptr);
+}
+
+Result<bool> BwTree::WriteIfNewer(bool tombstone, Slice key, Slice value, uint64_t lsn) {
+  bool applied = false;
+  RETURN_IF_ERROR(WriteImpl(tombstone ? WriteKind::kBlindDelete : WriteKind::kUpsert,
+                            /*if_newer=*/true, key, value, lsn, &applied));
+  return applied;
+}
+
+Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, uint64_t lsn,
+                         bool* applied) {
   RETURN_IF_ERROR(CheckRecord(options_.limits, key, value));
   auto guard = llama_->Enter();
   counters_->writes.Add();
@@ -430,9 +454,15 @@ Status BwTree::Write(WriteKind kind, Slice key, Slice value, uint64_t lsn) {
     if ((kind == WriteKind::kUpdate || kind == WriteKind::kDelete) && !exists) {
       return Status::NotFound("key not found");
     }
+    // loc.r is the state of the chain at loc.head (or of a frozen, removed
+    // sibling): the CAS below succeeds only over that very state.
+    if (if_newer && loc.r.outcome != LookupOutcome::kNotFound && loc.r.lsn >= lsn) {
+      return Status::OK();  // already reflected: *applied stays false
+    }
     d.hint = loc.r.hint;
     PageNode* node = MakeDelta(llama_, d, lsn);
     if (llama_->UpdateD(loc.pid, loc.head, node)) {
+      if (applied != nullptr) *applied = true;
       if (DeltaCount(node) > options_.leaf_delta_threshold) {
         RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0));
       }
@@ -531,7 +561,8 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   // before the siblings' frees, so that no recovery sees a free without the
   // base that replaced the freed state (the LSS is stable in prefix order).
   for (int attempt = 0; attempt < 16; ++attempt) {
-    Result<llama::FlushResult> flushed = llama_->Flush(pid, FlushBound(), 0);
+    const uint64_t bound = FlushBound();  // the annotation: never below the bound
+    Result<llama::FlushResult> flushed = llama_->Flush(pid, bound, bound);
     if (!flushed.ok()) {
       if (!flushed.status().IsNotFound()) return flushed.status();
       // This page was merged away and freed meanwhile: its left neighbour,
@@ -571,7 +602,8 @@ Status BwTree::FreePage(PageId pid) {
     llama_->TAbort(txn.get());
     return s;
   }
-  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, FlushBound(), 0);
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, bound, bound);
   if (!c.ok() || !*c) {
     llama_->TAbort(txn.get());
     return c.ok() ? Status::Internal("bw-tree: free commit failed") : c.status();
@@ -666,7 +698,8 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
   split.key = separator;
   split.pid = *sibling;
   PageNode* delta = MakeDelta(llama_, split, 0);
-  Result<bool> committed = llama_->TCommit(txn.get(), pid, head, delta, FlushBound(), 0);
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommit(txn.get(), pid, head, delta, bound, bound);
   if (!committed.ok() || !*committed) {
     llama_->TAbort(txn.get());
     llama_->DiscardNode(delta);
@@ -859,7 +892,8 @@ Status BwTree::GrowRoot(PageId old_root, uint32_t old_level, Slice separator, Pa
   d.value = pid_bytes;
   d.hint = r.hint;
   PageNode* delta = MakeDelta(llama_, d, 0);
-  Result<bool> committed = llama_->TCommit(txn.get(), kMetaPid, meta, delta, FlushBound(), 0);
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommit(txn.get(), kMetaPid, meta, delta, bound, bound);
   if (!committed.ok() || !*committed) {
     llama_->TAbort(txn.get());
     llama_->DiscardNode(delta);
@@ -1178,13 +1212,17 @@ Status BwTree::FlushAll(uint64_t max_tag) {
   for (PageId pid = 1; pid <= high; ++pid) {
     if (!llama::MappingTable::IsMemory(table->Load(pid))) continue;
     auto guard = llama_->Enter();
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      Result<llama::FlushResult> f = llama_->Flush(pid, max_tag, 0);
+    for (int attempt = 1;; ++attempt) {
+      Result<llama::FlushResult> f = llama_->Flush(pid, max_tag, max_tag);
       if (!f.ok()) {
         if (f.status().IsNotFound()) break;
         return f.status();
       }
-      if (f->outcome == llama::FlushOutcome::kRaced) continue;
+      if (f->outcome == llama::FlushOutcome::kRaced) {
+        // Skipping the page would leave records under max_tag unflushed.
+        if (attempt >= 16) return Status::Busy("bw-tree: flush of a page kept racing");
+        continue;
+      }
       if (f->outcome == llama::FlushOutcome::kFlushed) last = std::max(last, f->end);
       break;
     }

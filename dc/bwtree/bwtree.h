@@ -162,12 +162,27 @@ class BwTree {
   }
   Status Delete(Slice key, uint64_t lsn) { return Write(WriteKind::kDelete, key, Slice(), lsn); }
 
+  // The DC's idempotent write (DESIGN.md contract 2): posts an upsert (with
+  // `tombstone`, a delete) tagged `lsn` only if `lsn` is above the LSN the
+  // tree holds for the key, a tombstone's included. The check is made on the
+  // very chain state the delta's CAS is made on, so it is atomic with the
+  // write. True when applied, false when skipped. TooLarge as for Write.
+  Result<bool> WriteIfNewer(bool tombstone, Slice key, Slice value, uint64_t lsn);
+
+  // The key's state in one lookup: the record when present (*found = true);
+  // otherwise *found = false and the LSN is the tombstone's, or 0 when the
+  // tree holds none for the key.
+  Result<Record> ReadHeld(Slice key, bool* found);
+
   // A scan. TooLarge for bounds over the key limit (as for writes).
   Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
 
   // Flushes every page that is in memory with unflushed nodes under
   // `max_tag` and makes the LSS stable up to the last flush. Pages whose
-  // base cannot yet be written (younger than max_tag) are skipped.
+  // base cannot yet be written (younger than max_tag) are skipped. Each flush
+  // is annotated with `max_tag` (as structure changes are with flush_bound()),
+  // so Llama::MaxAnnotation() bounds the LSNs in the LSS. Busy when a page
+  // kept changing under its flush (16 tries): nothing is lost, call again.
   Status FlushAll(uint64_t max_tag);
 
   // Walks the whole tree and verifies: every node decodes; keys ascend
@@ -214,6 +229,9 @@ class BwTree {
   BwTree(llama::Llama* llama, BwTreeOptions options);
   Status Bootstrap();
 
+  // Write, and WriteIfNewer (if_newer: skip unless lsn is above the key's).
+  Status WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, uint64_t lsn,
+                   bool* applied);
   uint64_t FlushBound() const;
   uint64_t PurgeBound() const;
   PageReader Reader();

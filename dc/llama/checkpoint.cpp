@@ -22,8 +22,9 @@ constexpr size_t kSequenceOffset = 24;
 constexpr size_t kRspOffset = 32;
 constexpr size_t kGcFrontierOffset = 40;
 constexpr size_t kEntryCountOffset = 48;
-constexpr size_t kEntriesCrcOffset = 56;
-constexpr size_t kHeaderCrcOffset = 60;
+constexpr size_t kMaxAnnotationOffset = 56;
+constexpr size_t kEntriesCrcOffset = 64;
+constexpr size_t kHeaderCrcOffset = 68;
 static_assert(kHeaderCrcOffset + 4 == kCheckpointHeaderSize);
 
 // Entries are written, read and checksummed this many at a time.
@@ -67,6 +68,7 @@ std::string EncodeHeader(const CheckpointData& data, uint32_t entries_crc) {
   EncodeFixed64(&h[kRspOffset], data.rsp);
   EncodeFixed64(&h[kGcFrontierOffset], data.gc_frontier);
   EncodeFixed64(&h[kEntryCountOffset], data.entries.size());
+  EncodeFixed64(&h[kMaxAnnotationOffset], data.max_annotation);
   EncodeFixed32(&h[kEntriesCrcOffset], entries_crc);
   EncodeFixed32(&h[kHeaderCrcOffset], crc32c::Mask(crc32c::Value(h.data(), kHeaderCrcOffset)));
   return h;
@@ -109,6 +111,7 @@ Result<CheckpointData> ReadCheckpointFile(Env* env, const std::string& path) {
   data.sequence = DecodeFixed64(h + kSequenceOffset);
   data.rsp = DecodeFixed64(h + kRspOffset);
   data.gc_frontier = DecodeFixed64(h + kGcFrontierOffset);
+  data.max_annotation = DecodeFixed64(h + kMaxAnnotationOffset);
   data.entries.resize(count);
   if constexpr (std::endian::native == std::endian::little) {
     RETURN_IF_ERROR(file->ReadExactAt(kCheckpointHeaderSize,

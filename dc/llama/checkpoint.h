@@ -5,13 +5,15 @@
 // new one is complete: a file is written whole, synced, and only then counts.
 //
 // File format (little-endian, masked CRC32C):
-//   header (64 bytes): magic u64 "DTRNCKPT", format_version u32, reserved u32,
+//   header (72 bytes): magic u64 "DTRNCKPT", format_version u32, reserved u32,
 //     store_id u64, sequence u64, rsp u64, gc_frontier u64, entry_count u64,
-//     entries_crc u32, header_crc u32 (over the preceding 60 bytes)
+//     max_annotation u64 (the highest flush annotation written to the LSS
+//     when the checkpoint was taken: the DC's durable LSN bound),
+//     entries_crc u32, header_crc u32 (over the preceding 68 bytes)
 //   entries: entry_count u64 values; entry i is page (i + 1)'s LSS address,
 //     0 for a free page, kEmptyPageEntry for an allocated page with no state.
 //     entries_crc covers their entry_count * 8 bytes.
-// A file is valid when it is exactly 64 + 8 * entry_count bytes long, its
+// A file is valid when it is exactly 72 + 8 * entry_count bytes long, its
 // magic and both CRCs match and its format_version is not 0 (one above
 // kFormatVersion is an error, NotSupported, not a torn file). The file is
 // rewritten in place (no rename): the slot being written only ever holds the
@@ -31,7 +33,7 @@
 namespace deuteron::llama {
 
 constexpr uint64_t kCheckpointMagic = 0x54504B434E525444ull;  // "DTRNCKPT"
-constexpr size_t kCheckpointHeaderSize = 64;
+constexpr size_t kCheckpointHeaderSize = 72;
 constexpr uint64_t kEmptyPageEntry = ~0ull;
 
 struct CheckpointData {
@@ -39,6 +41,7 @@ struct CheckpointData {
   uint64_t sequence = 0;       // higher = newer; written to slot sequence % 2
   LssAddress rsp = 0;          // recovery replays the LSS from here
   LssAddress gc_frontier = 0;  // the cleaner resumes here
+  uint64_t max_annotation = 0; // Llama::MaxAnnotation() when taken
   std::vector<uint64_t> entries;
 };
 

@@ -110,6 +110,7 @@ Status Llama::Recover() {
     checkpoint_rsp_[1] = d.rsp;
     gc_frontier_.store(d.gc_frontier);
     cleaned_frontier_.store(d.gc_frontier);
+    max_annotation_.store(d.max_annotation);
     for (size_t i = 0; i < d.entries.size(); ++i) {
       const uint64_t e = d.entries[i];
       if (e == 0) continue;
@@ -125,7 +126,11 @@ Status Llama::Recover() {
   PageId high_water = mapping_->high_water();
   RETURN_IF_ERROR(lss_->Recover(
       start, [&](LssAddress address, const RecordHeader& h, Slice, bool) -> Status {
-        if (h.type == RecordType::kVoid || h.type == RecordType::kTransaction) return Status::OK();
+        if (h.type == RecordType::kVoid) return Status::OK();
+        if (h.annotation > max_annotation_.load(std::memory_order_relaxed)) {
+          max_annotation_.store(h.annotation, std::memory_order_relaxed);  // one thread
+        }
+        if (h.type == RecordType::kTransaction) return Status::OK();
         if (h.pid == 0 || h.pid >= mapping_->capacity()) {
           return Status::Corruption("LSS record at " + std::to_string(address) +
                                     " names impossible " + PageName(h.pid));
@@ -152,11 +157,15 @@ Status Llama::Recover() {
   return Status::OK();
 }
 
-Status Llama::Close() {
+Status Llama::Close() { return CloseImpl(options_.checkpoint_on_close); }
+
+Status Llama::CloseWithoutCheckpoint() { return CloseImpl(false); }
+
+Status Llama::CloseImpl(bool checkpoint) {
   if (closed_) return Status::OK();
   closed_ = true;
   RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
-  if (options_.checkpoint_on_close) RETURN_IF_ERROR(Checkpoint());
+  if (checkpoint) RETURN_IF_ERROR(Checkpoint());
   dir_lock_.reset();  // closed: the next owner may open the store
   return Status::OK();
 }
@@ -214,6 +223,16 @@ Llama::Guard::~Guard() {
 }
 
 Llama::Guard Llama::Enter() { return Guard(this, epochs_->Enter()); }
+
+void Llama::NoteAnnotation(uint64_t annotation) {
+  uint64_t seen = max_annotation_.load(std::memory_order_relaxed);
+  // Release: pairs with MaxAnnotation's acquire (a reader that sees the value
+  // sees what the flush did before it).
+  while (seen < annotation &&
+         !max_annotation_.compare_exchange_weak(seen, annotation, std::memory_order_release,
+                                                std::memory_order_relaxed)) {
+  }
+}
 
 void Llama::RunDeferredWork() {
   if (eviction_wanted_.load(std::memory_order_relaxed)) {
@@ -600,6 +619,13 @@ uint64_t EffectiveBound(bool has_flush, uint64_t chain_bound, uint64_t max_tag) 
 Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotation) {
   ASSIGN_OR_RETURN(const PageNode* head, Read(pid));
   if (head == nullptr) return FlushResult{};
+  {
+    // A page private to an open system transaction is its commit's to write.
+    // Checked after the read: a page that becomes private later was freed and
+    // reallocated meanwhile, so the CAS below over `head` fails anyway.
+    std::lock_guard<std::mutex> att(att_mu_);
+    if (private_pages_.count(pid) != 0) return FlushResult{};
+  }
   ChainInfo info;
   AnalyzeChain(head, &info);
   const uint64_t bound = EffectiveBound(info.has_flush, info.bound, max_tag);
@@ -636,6 +662,7 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   // The CAS made this flush the page's newest; now copy (LLAMA 3.2.3 step 4).
   WritePageRecord(r.dst, pid, selected, payload, whole ? kNullAddress : info.lss_head,
                   annotation, bound);
+  NoteAnnotation(annotation);
   lss_->Commit(r);
 
   size_t change = 0;
@@ -796,7 +823,8 @@ Status Llama::EnforceBudget() {
     // has nothing more to give: flushing it would only read its swapped part
     // back in (Flush materializes), and the next sweep would do it again.
     if (!HasFlushableOverSwap(mapping_->Load(pid), bound)) continue;
-    Result<FlushResult> r = Flush(pid, bound, 0);
+    // Annotated with its bound, like every flush under the owner's bound.
+    Result<FlushResult> r = Flush(pid, bound, options_.eviction_flush_bound ? bound : 0);
     if (!r.ok() && r.status().IsNotFound()) continue;  // freed under the evictor
     if (!r.ok()) return r.status();
     if (r->outcome == FlushOutcome::kFlushed) {
@@ -1007,6 +1035,7 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
   // would bring the freed pages back and lose the new ones.
   FreePagesNow(txn->freed_);
   EndTransaction(txn);
+  NoteAnnotation(annotation);
   lss_->Commit(r);
   txn_commits_.fetch_add(1, std::memory_order_relaxed);
   flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
@@ -1049,6 +1078,8 @@ Status Llama::Checkpoint() {
   // written only once its writers were done), so each state the table shows
   // from here on is either captured below or replayed from the RSP.
   d.rsp = lss_->HiStable();
+  // Every record below the RSP noted its annotation before its commit.
+  d.max_annotation = MaxAnnotation();
   std::unordered_set<PageId> private_pages;
   {
     std::lock_guard<std::mutex> att(att_mu_);

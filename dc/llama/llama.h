@@ -116,6 +116,10 @@ class Llama {
   // releases the directory lock. REQUIRES: no other thread uses the cache any
   // more; only the destructor may follow.
   Status Close();
+  // Close() without the checkpoint, whatever the options say: for an owner
+  // that drops the cache to recover again from the LSS (the DC's restart-to).
+  // Flushes nothing new; only completed flushes are made stable.
+  Status CloseWithoutCheckpoint();
 
   // An epoch guard. Work the cache defers until no guard is held (eviction
   // when over budget, cleaning when the LSS holds too many segments) runs
@@ -169,7 +173,9 @@ class Llama {
   // most `max_tag` into the LSS buffer (a C-delta, or the whole page when its
   // base is unflushed) and installs a flush node carrying `annotation`.
   // Reserve, then CAS, then copy; a failed CAS voids the reserved space.
-  // The records are stable only after MakeStable(result.end).
+  // The records are stable only after MakeStable(result.end). A page private
+  // to an open system transaction is left alone (kClean): its TCommit writes
+  // it, and a flush node on it would fail that commit.
   Result<FlushResult> Flush(PageId pid, uint64_t max_tag, uint64_t annotation);
 
   // Swap-out (LLAMA 3.3): drops the page's flushed and stable part from memory.
@@ -233,6 +239,14 @@ class Llama {
 
   // ---- Introspection ----
 
+  // The highest flush annotation written to the LSS by Flush and TCommit (the
+  // DC annotates each flush with its bound, the ESL): kept in checkpoints and
+  // recovered as the maximum of the checkpoint's value and the annotations of
+  // the records replayed after it. An upper bound: it may count records that
+  // are not stable yet (and, after a crash, records torn off the tail after
+  // a checkpoint counted them).
+  uint64_t MaxAnnotation() const { return max_annotation_.load(std::memory_order_acquire); }
+
   struct Stats {
     uint64_t pages = 0;              // allocated pages (high water - free)
     uint64_t memory_bytes = 0;       // node bytes + mapping table (garbage included)
@@ -290,6 +304,11 @@ class Llama {
   void RunDeferredWork();
 
   static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // Raises max_annotation_ to `annotation`. Called before the record's
+  // reservation is committed, so a checkpoint whose RSP is past the record
+  // sees it.
+  void NoteAnnotation(uint64_t annotation);
+  Status CloseImpl(bool checkpoint);
   // What LoadFromLss learns besides the nodes.
   struct LoadedState {
     uint64_t bound = 0;             // the newest record's flush bound
@@ -351,6 +370,7 @@ class Llama {
   uint64_t checkpoint_sequence_ = 0;
   LssAddress checkpoint_rsp_[2] = {0, 0};  // RSPs of the two newest checkpoints
   std::atomic<LssAddress> gc_frontier_{0};  // recorded in checkpoints
+  std::atomic<uint64_t> max_annotation_{0};  // see MaxAnnotation()
   bool closed_ = false;
 
   std::atomic<uint64_t> next_tid_{1};

@@ -29,6 +29,7 @@ CheckpointData MakeCheckpoint(uint64_t sequence, size_t count) {
   d.sequence = sequence;
   d.rsp = sequence * 1'000'000 + 4096;
   d.gc_frontier = sequence * 1000;
+  d.max_annotation = sequence * 31 + count;
   Random64 rnd(sequence * 7919 + count);
   d.entries.resize(count);
   for (size_t i = 0; i < count; ++i) {
@@ -43,7 +44,8 @@ CheckpointData MakeCheckpoint(uint64_t sequence, size_t count) {
 
 bool Same(const CheckpointData& a, const CheckpointData& b) {
   return a.store_id == b.store_id && a.sequence == b.sequence && a.rsp == b.rsp &&
-         a.gc_frontier == b.gc_frontier && a.entries == b.entries;
+         a.gc_frontier == b.gc_frontier && a.max_annotation == b.max_annotation &&
+         a.entries == b.entries;
 }
 
 struct Fixture {
@@ -77,8 +79,9 @@ TEST_CASE("Checkpoint round trips", "[dc][llama][checkpoint]") {
   CHECK(DecodeFixed64(h + 16) == kStoreId);
   CHECK(DecodeFixed64(h + 24) == 1007);
   CHECK(DecodeFixed64(h + 48) == 1000);
-  CHECK(crc32c::Unmask(DecodeFixed32(h + 60)) == crc32c::Value(h, 60));
-  CHECK(crc32c::Unmask(DecodeFixed32(h + 56)) == crc32c::Value(h + 64, 8000));
+  CHECK(DecodeFixed64(h + 56) == 1007 * 31 + 1000);  // max_annotation
+  CHECK(crc32c::Unmask(DecodeFixed32(h + 68)) == crc32c::Value(h, 68));
+  CHECK(crc32c::Unmask(DecodeFixed32(h + 64)) == crc32c::Value(h + 72, 8000));
 }
 
 TEST_CASE("Checkpoint: the newest valid one wins", "[dc][llama][checkpoint]") {
@@ -219,7 +222,7 @@ TEST_CASE("Checkpoint: store id and format version are checked", "[dc][llama][ch
   REQUIRE(bytes.ok());
   std::string patched = *bytes;
   EncodeFixed32(&patched[8], kFormatVersion + 1);
-  EncodeFixed32(&patched[60], crc32c::Mask(crc32c::Value(patched.data(), 60)));
+  EncodeFixed32(&patched[68], crc32c::Mask(crc32c::Value(patched.data(), 68)));
   REQUIRE(WriteStringToFile(env, patched, SlotPath(1), true).ok());
   r = ReadLatestCheckpoint(env, kDir, kStoreId);
   CHECK(r.status().code() == Code::kNotSupported);

@@ -1,0 +1,418 @@
+// The in-process data component; design notes in dc/dc.md.
+#include "dc/dc.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/logging.h"
+
+namespace deuteron::dc {
+namespace {
+
+// dc.meta field offsets (dc/dc.md).
+constexpr size_t kMagicOffset = 0;
+constexpr size_t kVersionOffset = 8;
+constexpr size_t kRsspOffset = 16;
+constexpr size_t kCrcOffset = 28;  // over every byte before it
+static_assert(kCrcOffset + 4 == kDcMetaSize);
+
+}  // namespace
+
+std::string EncodeDcMeta(const DcMeta& meta) {
+  std::string out(kDcMetaSize, '\0');
+  EncodeFixed64(&out[kMagicOffset], kDcMetaMagic);
+  EncodeFixed32(&out[kVersionOffset], kDcMetaVersion);
+  EncodeFixed64(&out[kRsspOffset], meta.rssp);
+  EncodeFixed32(&out[kCrcOffset], crc32c::Mask(crc32c::Value(out.data(), kCrcOffset)));
+  return out;
+}
+
+Result<DcMeta> DecodeDcMeta(Slice data) {
+  if (data.size() != kDcMetaSize) {
+    return Status::Corruption("dc.meta: " + std::to_string(data.size()) + " bytes, expected " +
+                              std::to_string(kDcMetaSize));
+  }
+  const char* p = data.data();
+  if (DecodeFixed64(p + kMagicOffset) != kDcMetaMagic) {
+    return Status::Corruption("dc.meta: bad magic");
+  }
+  if (crc32c::Unmask(DecodeFixed32(p + kCrcOffset)) != crc32c::Value(p, kCrcOffset)) {
+    return Status::Corruption("dc.meta: checksum mismatch");
+  }
+  const uint32_t version = DecodeFixed32(p + kVersionOffset);
+  if (version == 0) return Status::Corruption("dc.meta: format version 0");
+  if (version > kDcMetaVersion) {
+    return Status::NotSupported("dc.meta: format version " + std::to_string(version) +
+                                " is newer than this build's " + std::to_string(kDcMetaVersion));
+  }
+  return DcMeta{DecodeFixed64(p + kRsspOffset)};
+}
+
+Dc::Dc(Env* env, std::string dir, DcOptions options)
+    : env_(env), dir_(std::move(dir)), options_(std::move(options)) {
+  // Acquire loads: a bound read on any thread is at least as new as what the
+  // thread has seen of the DC (the values only grow between restarts).
+  options_.tree.flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
+  options_.tree.purge_bound = [this] { return rssp_.load(std::memory_order_acquire); };
+  options_.llama.eviction_flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
+}
+
+Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions options) {
+  std::unique_ptr<Dc> dc(new Dc(env, dir, std::move(options)));
+  // Nothing else can reach the DC yet: the gate is uncontended.
+  std::unique_lock<std::shared_mutex> gate(dc->gate_);
+  RETURN_IF_ERROR(dc->OpenStore());
+  Result<DcMeta> meta = dc->ReadMeta();
+  if (!meta.ok()) {
+    dc->closed_ = true;
+    Status s = dc->CloseStore(/*clean=*/false);
+    if (!s.ok()) DLOG_WARN("closing {} after a failed open: {}", dir, s.ToString());
+    return meta.status();
+  }
+  const uint64_t durable = dc->MaxDurable();
+  dc->rssp_.store(meta->rssp, std::memory_order_release);
+  // Every durable bound was an ESL the TC had made durable, and an
+  // acknowledged RSSP never exceeds ESL + 1.
+  dc->esl_.store(std::max(durable, meta->rssp == 0 ? 0 : meta->rssp - 1),
+                 std::memory_order_release);
+  dc->ready_durable_.store(durable, std::memory_order_relaxed);
+  dc->last_durable_.store(durable, std::memory_order_relaxed);
+  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}", dir, meta->rssp, durable);
+  return dc;
+}
+
+Dc::~Dc() {
+  if (skip_close_) {
+    tree_.reset();
+    if (llama_ != nullptr) llama_->TEST_SkipCloseOnDestroy();
+    llama_.reset();
+    return;
+  }
+  Status s = Close();
+  if (!s.ok()) DLOG_ERROR("closing dc {}: {}", dir_, s.ToString());
+}
+
+Status Dc::OpenStore() {
+  ASSIGN_OR_RETURN(llama_, llama::Llama::Open(env_, dir_, options_.llama));
+  Result<std::unique_ptr<bwtree::BwTree>> tree = bwtree::BwTree::Open(llama_.get(), options_.tree);
+  if (!tree.ok()) {
+    llama_->TEST_SkipCloseOnDestroy();  // write nothing over a store we cannot read
+    llama_.reset();
+    return tree.status();
+  }
+  tree_ = std::move(tree).value();
+  last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
+  return Status::OK();
+}
+
+Status Dc::CloseStore(bool clean) {
+  Status s;
+  if (clean && tree_ != nullptr) {
+    s = tree_->FlushAll(esl_.load(std::memory_order_acquire));
+  }
+  tree_.reset();
+  if (llama_ != nullptr) {
+    if (!s.ok()) {
+      llama_->TEST_SkipCloseOnDestroy();  // the store is failing: leave it to recovery
+    } else {
+      s = clean ? llama_->Close() : llama_->CloseWithoutCheckpoint();
+    }
+    llama_.reset();
+  }
+  return s;
+}
+
+Status Dc::Enter(std::shared_lock<std::shared_mutex>* hold) {
+  auto refuse = [](DcState state) {
+    return state == DcState::kShuttingDown ? Status::ShuttingDown("dc: closed")
+                                           : Status::Unavailable("dc: restart in progress");
+  };
+  DcState state = state_.load();
+  if (state != DcState::kServing) return refuse(state);
+  std::shared_lock<std::shared_mutex> lock(gate_, std::try_to_lock);
+  if (!lock.owns_lock()) return Status::Unavailable("dc: restart in progress");
+  // A restart or close may have run whole between the two looks.
+  state = state_.load();
+  if (state != DcState::kServing || tree_ == nullptr) return refuse(state);
+  *hold = std::move(lock);
+  return Status::OK();
+}
+
+void Dc::AdvanceEsl(uint64_t esl) {
+  uint64_t seen = esl_.load(std::memory_order_relaxed);
+  // Release: pairs with the bound callbacks' acquire loads.
+  while (seen < esl && !esl_.compare_exchange_weak(seen, esl, std::memory_order_release,
+                                                   std::memory_order_relaxed)) {
+  }
+}
+
+uint64_t Dc::MaxDurable() const { return llama_ != nullptr ? llama_->MaxAnnotation() : 0; }
+
+DcReady Dc::ready() const {
+  return DcReady{rssp_.load(std::memory_order_acquire),
+                 ready_durable_.load(std::memory_order_relaxed)};
+}
+
+// ---- Record operations ----------------------------------------------------------
+
+Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  applies_.fetch_add(1, std::memory_order_relaxed);
+  if (esl != 0) AdvanceEsl(esl);
+  if (ops.size() > options_.max_batch_ops) {
+    return Status::TooLarge("apply: " + std::to_string(ops.size()) +
+                            " operations over the batch limit of " +
+                            std::to_string(options_.max_batch_ops));
+  }
+  size_t bytes = 0;
+  for (const RecordOp& op : ops) bytes += op.key.size() + op.value.size();
+  if (bytes > options_.max_batch_bytes) {
+    return Status::TooLarge("apply: " + std::to_string(bytes) +
+                            " bytes over the batch limit of " +
+                            std::to_string(options_.max_batch_bytes));
+  }
+  ApplyResult result;
+  Status s;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RecordOp& op = ops[i];
+    auto invalid = [i](const std::string& what) {
+      return Status::InvalidArgument("apply: operation " + std::to_string(i) + ": " + what);
+    };
+    if (op.lsn == 0) {
+      s = invalid("LSN 0");
+      break;
+    }
+    if (op.kind != RecordOpKind::kUpsert && op.kind != RecordOpKind::kDelete) {
+      s = invalid("unknown kind " + std::to_string(static_cast<int>(op.kind)));
+      break;
+    }
+    const bool tombstone = op.kind == RecordOpKind::kDelete;
+    if (tombstone && !op.value.empty()) {
+      s = invalid("a delete with a value");
+      break;
+    }
+    Result<bool> applied = tree_->WriteIfNewer(tombstone, op.key, op.value, op.lsn);
+    if (!applied.ok()) {
+      s = applied.status();
+      break;
+    }
+    ++(*applied ? result.applied : result.skipped);
+  }
+  ops_applied_.fetch_add(result.applied, std::memory_order_relaxed);
+  ops_skipped_.fetch_add(result.skipped, std::memory_order_relaxed);
+  RETURN_IF_ERROR(s);
+  return result;
+}
+
+Result<ReadResult> Dc::Get(Slice key) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  gets_.fetch_add(1, std::memory_order_relaxed);
+  ReadResult out;
+  ASSIGN_OR_RETURN(bwtree::Record record, tree_->ReadHeld(key, &out.found));
+  out.value = std::move(record.value);
+  out.lsn = record.lsn;
+  return out;
+}
+
+Result<std::vector<ReadResult>> Dc::MultiGet(std::span<const Slice> keys) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  if (keys.size() > options_.max_multiget_keys) {
+    return Status::TooLarge("multiget: " + std::to_string(keys.size()) +
+                            " keys over the limit of " +
+                            std::to_string(options_.max_multiget_keys));
+  }
+  gets_.fetch_add(keys.size(), std::memory_order_relaxed);
+  std::vector<ReadResult> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSIGN_OR_RETURN(bwtree::Record record, tree_->ReadHeld(keys[i], &out[i].found));
+    out[i].value = std::move(record.value);
+    out[i].lsn = record.lsn;
+  }
+  return out;
+}
+
+Result<ScanResult> Dc::Scan(const ScanRequest& request) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  scans_.fetch_add(1, std::memory_order_relaxed);
+  const size_t limit = request.limit == 0
+                           ? options_.max_scan_items
+                           : std::min<size_t>(request.limit, options_.max_scan_items);
+  bwtree::ScanOptions scan;
+  scan.lower = request.lower;
+  scan.lower_inclusive = request.lower_inclusive;
+  scan.upper = request.upper;
+  scan.upper_inclusive = request.upper_inclusive;
+  scan.reverse = request.reverse;
+  ASSIGN_OR_RETURN(std::unique_ptr<bwtree::Iterator> it, tree_->Scan(scan));
+  ScanResult out;
+  for (; it->Valid(); it->Next()) {
+    if (out.items.size() >= limit) {
+      out.more = true;
+      break;
+    }
+    out.items.push_back(ScanItem{it->key().ToString(), it->value().ToString(), it->lsn()});
+  }
+  RETURN_IF_ERROR(it->status());
+  scan_items_.fetch_add(out.items.size(), std::memory_order_relaxed);
+  return out;
+}
+
+// ---- Control operations ---------------------------------------------------------
+
+Status Dc::SetEsl(uint64_t esl) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  AdvanceEsl(esl);
+  return Status::OK();
+}
+
+Status Dc::ProposeRssp(uint64_t rssp) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  rssp_proposals_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(rssp_mu_);
+  const uint64_t esl = esl_.load(std::memory_order_acquire);
+  if (rssp > esl + 1) {
+    return Status::InvalidArgument("rssp " + std::to_string(rssp) + " is above ESL " +
+                                   std::to_string(esl) + " + 1");
+  }
+  // Flush under the current ESL, not rssp - 1: a base consolidated with a
+  // tag in (rssp - 1, esl] holds records below rssp, and a flush bounded by
+  // rssp - 1 would skip it (dc/dc.md).
+  RETURN_IF_ERROR(tree_->FlushAll(esl));
+  // Flushes by other threads (the evictor, structure changes) that this one
+  // found done are made stable too.
+  RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
+  last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
+  if (rssp > rssp_.load(std::memory_order_relaxed)) {
+    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp}));
+    // Only now may consolidation purge tombstones below it.
+    rssp_.store(rssp, std::memory_order_release);
+  }
+  return Status::OK();
+}
+
+Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
+  std::unique_lock<std::mutex> restart(restart_mu_, std::try_to_lock);
+  if (!restart.owns_lock()) return Status::Unavailable("dc: restart or close in progress");
+  if (closed_) return Status::ShuttingDown("dc: closed");
+  {
+    // The LSS already holds operations up to max_durable_lsn; they cannot
+    // be taken back.
+    std::shared_lock<std::shared_mutex> gate(gate_);
+    const uint64_t durable =
+        llama_ != nullptr ? llama_->MaxAnnotation() : last_durable_.load(std::memory_order_relaxed);
+    if (stable_end < durable) {
+      return Status::InvalidArgument("restart-to " + std::to_string(stable_end) +
+                                     ": the LSS already holds operations up to LSN " +
+                                     std::to_string(durable));
+    }
+  }
+  state_.store(DcState::kRestarting);
+  // New calls now see kRestarting; calls inside finish before this returns.
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  // Drop the cache: nothing new is flushed (what the LSS holds is what the
+  // ESL allowed), no checkpoint is needed.
+  Status s = CloseStore(/*clean=*/false);
+  if (!s.ok()) DLOG_WARN("dc {}: restart-to {}: closing: {}", dir_, stable_end, s.ToString());
+  esl_.store(stable_end, std::memory_order_release);
+  if (restart_hook_) restart_hook_();
+  s = OpenStore();
+  if (!s.ok()) {
+    // Stays kRestarting: calls get Unavailable, RestartTo may be retried.
+    DLOG_ERROR("dc {}: restart-to {}: reopening: {}", dir_, stable_end, s.ToString());
+    return s;
+  }
+  const uint64_t durable = llama_->MaxAnnotation();
+  ready_durable_.store(durable, std::memory_order_relaxed);
+  restarts_.fetch_add(1, std::memory_order_relaxed);
+  state_.store(DcState::kServing);
+  DLOG_INFO("dc {}: restarted to {}, rssp {}, max durable lsn {}", dir_, stable_end,
+            rssp_.load(), durable);
+  return DcReady{rssp_.load(std::memory_order_acquire), durable};
+}
+
+Status Dc::Close() {
+  std::lock_guard<std::mutex> restart(restart_mu_);
+  if (closed_) return Status::OK();
+  closed_ = true;
+  state_.store(DcState::kShuttingDown);
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  return CloseStore(/*clean=*/true);
+}
+
+Result<DcStats> Dc::GetStats() {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  DcStats s;
+  s.applies = applies_.load(std::memory_order_relaxed);
+  s.ops_applied = ops_applied_.load(std::memory_order_relaxed);
+  s.ops_skipped = ops_skipped_.load(std::memory_order_relaxed);
+  s.gets = gets_.load(std::memory_order_relaxed);
+  s.scans = scans_.load(std::memory_order_relaxed);
+  s.scan_items = scan_items_.load(std::memory_order_relaxed);
+  s.rssp_proposals = rssp_proposals_.load(std::memory_order_relaxed);
+  s.restarts = restarts_.load(std::memory_order_relaxed);
+  s.esl = esl_.load(std::memory_order_acquire);
+  s.rssp = rssp_.load(std::memory_order_acquire);
+  s.max_durable_lsn = MaxDurable();
+  const llama::Llama::Stats ls = llama_->GetStats();
+  s.pages = ls.pages;
+  s.memory_bytes = ls.memory_bytes;
+  s.flushes = ls.flushes;
+  s.flush_bytes = ls.flush_bytes;
+  s.lss_bytes_written = ls.lss.written_bytes;
+  s.tree_height = tree_->GetStats().height;
+  return s;
+}
+
+Result<DcHealth> Dc::Health() {
+  DcHealth h;
+  h.esl = esl_.load(std::memory_order_acquire);
+  h.rssp = rssp_.load(std::memory_order_acquire);
+  std::shared_lock<std::shared_mutex> hold;
+  Status s = Enter(&hold);
+  h.state = s.ok() ? DcState::kServing : state_.load();
+  h.max_durable_lsn = s.ok() ? MaxDurable() : last_durable_.load(std::memory_order_relaxed);
+  return h;
+}
+
+// ---- dc.meta ----------------------------------------------------------------------
+
+Status Dc::WriteMeta(const DcMeta& meta) {
+  const std::string tmp = JoinPath(dir_, kDcMetaTempFileName);
+  const std::string path = JoinPath(dir_, kDcMetaFileName);
+  {
+    ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_->OpenFile(tmp, OpenMode::kTruncate));
+    RETURN_IF_ERROR(file->Append(EncodeDcMeta(meta)));
+    RETURN_IF_ERROR(file->Sync());
+    RETURN_IF_ERROR(file->Close());
+  }
+  RETURN_IF_ERROR(env_->RenameFile(tmp, path));
+  return env_->SyncDir(dir_);
+}
+
+Result<DcMeta> Dc::ReadMeta() {
+  const std::string path = JoinPath(dir_, kDcMetaFileName);
+  if (!env_->FileExists(path)) return DcMeta{};  // a new store: nothing acknowledged
+  ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_->OpenFile(path, OpenMode::kRead));
+  ASSIGN_OR_RETURN(const uint64_t size, file->Size());
+  if (size != kDcMetaSize) {
+    return Status::Corruption(path + ": " + std::to_string(size) + " bytes, expected " +
+                              std::to_string(kDcMetaSize));
+  }
+  std::string bytes(kDcMetaSize, '\0');
+  RETURN_IF_ERROR(file->ReadExactAt(0, bytes.data(), bytes.size()));
+  RETURN_IF_ERROR(file->Close());
+  Result<DcMeta> meta = DecodeDcMeta(bytes);
+  if (!meta.ok()) return meta.status().WithContext(path);
+  return meta;
+}
+
+}  // namespace deuteron::dc

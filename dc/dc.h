@@ -1,0 +1,170 @@
+// Dc: the data component, in process (DESIGN.md "The contracts" 1, 2, 3, 7,
+// 8, 10). A Bw-tree on LLAMA in one directory, driven through the
+// DataComponent interface (protocol/data_component.h): the TC calls it
+// directly (the embedded binding), or a DC server calls it for a remote TC.
+// Design notes, states and the dc.meta format: dc/dc.md.
+//
+// What it adds to the tree:
+//  - Idempotence: an operation is applied only if its LSN is above the LSN
+//    the tree holds for its key (tombstones included), checked atomically
+//    with the write (BwTree::WriteIfNewer).
+//  - The WAL rule: the tree's flush bound and the evictor's are the ESL, so
+//    nothing above the ESL reaches the LSS; every flush is annotated with its
+//    bound, so the highest annotation (Llama::MaxAnnotation) is the highest
+//    LSN that may be durable (max_durable_lsn).
+//  - RSSP: a proposal flushes everything under the ESL, makes the LSS stable
+//    and persists the RSSP (dc.meta) before acknowledging; tombstones below
+//    the acknowledged RSSP may then be purged.
+//  - Restart-to: drops the cache and recovers from the LSS, which holds
+//    nothing above the ESL, and takes the TC's stable end as its ESL.
+//
+// Thread safety: every method is thread-safe. While RestartTo runs, record
+// calls and the other control calls return Unavailable (they never block on
+// it); calls already inside finish first. After Close, they return
+// ShuttingDown. Health always answers (its state says which).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "common/slice.h"
+#include "common/status.h"
+#include "dc/bwtree/bwtree.h"
+#include "dc/llama/llama.h"
+#include "protocol/data_component.h"
+
+namespace deuteron::dc {
+
+struct DcOptions {
+  // LLAMA's options. eviction_flush_bound is the DC's (the ESL): a value set
+  // here is replaced.
+  llama::LlamaOptions llama;
+  // The tree's options. flush_bound (the ESL) and purge_bound (the
+  // acknowledged RSSP) are the DC's: values set here are replaced.
+  bwtree::BwTreeOptions tree;
+  // Apply: most operations per batch, and most key + value bytes per batch.
+  size_t max_batch_ops = 65536;
+  size_t max_batch_bytes = size_t{64} << 20;
+  // Scan: most items per call (a request's limit is capped to it).
+  uint32_t max_scan_items = 10000;
+  // MultiGet: most keys per call.
+  size_t max_multiget_keys = 65536;
+};
+
+// The file in the store directory that holds the last acknowledged RSSP.
+inline constexpr char kDcMetaFileName[] = "dc.meta";
+inline constexpr char kDcMetaTempFileName[] = "dc.meta.tmp";
+inline constexpr uint64_t kDcMetaMagic = 0x544D43444E525444ull;  // "DTRNDCMT"
+inline constexpr uint32_t kDcMetaVersion = 1;
+inline constexpr size_t kDcMetaSize = 32;
+
+// dc.meta's content; encoded as dc/dc.md says.
+struct DcMeta {
+  uint64_t rssp = 0;
+};
+std::string EncodeDcMeta(const DcMeta& meta);
+// Corruption for a bad size, magic or checksum; NotSupported for a newer
+// version.
+Result<DcMeta> DecodeDcMeta(Slice data);
+
+class Dc final : public DataComponent {
+ public:
+  // Opens (creating when absent) the store in `dir`: LLAMA recovers the LSS,
+  // the tree opens over it, dc.meta gives the last acknowledged RSSP. The
+  // ESL starts at the highest bound the store proves the TC had made durable
+  // (max(max_durable_lsn, rssp - 1)).
+  static Result<std::unique_ptr<Dc>> Open(Env* env, const std::string& dir, DcOptions options);
+
+  // Close() unless closed (errors are logged), or, after
+  // TEST_SkipCloseOnDestroy, drops everything as a crashed process would.
+  ~Dc() override;
+
+  // Clean shutdown: waits for calls inside and a restart in progress, flushes
+  // what the ESL allows, makes it stable, checkpoints and closes LLAMA. Later
+  // calls return ShuttingDown. Idempotent.
+  Status Close();
+
+  // Where the DC stood after Open or the last RestartTo.
+  DcReady ready() const;
+
+  // ---- DataComponent ----
+  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl) override;
+  Result<ReadResult> Get(Slice key) override;
+  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override;
+  Result<ScanResult> Scan(const ScanRequest& request) override;
+  Status SetEsl(uint64_t esl) override;
+  Status ProposeRssp(uint64_t rssp) override;
+  // Also InvalidArgument when `stable_end` is below max_durable_lsn: the LSS
+  // then holds operations the TC says are not stable, which cannot be undone
+  // (a TC that lost its log, or another TC's).
+  Result<DcReady> RestartTo(uint64_t stable_end) override;
+  Result<DcStats> GetStats() override;
+  Result<DcHealth> Health() override;
+
+  // Test hook: the destructor neither flushes nor closes, as after a crash.
+  void TEST_SkipCloseOnDestroy() { skip_close_ = true; }
+  // Test hook: the tree (null while restarting or closed). REQUIRES: no
+  // concurrent RestartTo or Close.
+  bwtree::BwTree* TEST_tree() { return tree_.get(); }
+  // Test hook: RestartTo calls `hook` while the DC is kRestarting with the
+  // cache dropped (before it reopens). REQUIRES: set before any RestartTo.
+  void TEST_SetRestartHook(std::function<void()> hook) { restart_hook_ = std::move(hook); }
+
+ private:
+  Dc(Env* env, std::string dir, DcOptions options);
+
+  // Opens LLAMA and the tree. REQUIRES: gate_ held exclusively (or not yet
+  // shared with anyone), llama_ and tree_ null.
+  Status OpenStore();
+  // Drops the tree and LLAMA; with `clean`, flushes under the ESL and
+  // checkpoints first, else flushes nothing new. REQUIRES: gate_ exclusive.
+  Status CloseStore(bool clean);
+  // A shared hold on the gate for a call that uses the store: Unavailable
+  // while restarting, ShuttingDown once closed.
+  Status Enter(std::shared_lock<std::shared_mutex>* hold);
+  void AdvanceEsl(uint64_t esl);
+  // Writes dc.meta atomically (temp file, sync, rename, sync directory).
+  Status WriteMeta(const DcMeta& meta);
+  Result<DcMeta> ReadMeta();
+  uint64_t MaxDurable() const;  // REQUIRES: a hold on gate_
+
+  Env* const env_;
+  const std::string dir_;
+  DcOptions options_;
+
+  std::atomic<DcState> state_{DcState::kServing};
+  // Shared: every call that uses llama_/tree_. Exclusive: RestartTo, Close.
+  std::shared_mutex gate_;
+  std::mutex restart_mu_;  // one RestartTo or Close at a time
+  std::mutex rssp_mu_;     // one ProposeRssp at a time (flush, dc.meta)
+  std::unique_ptr<llama::Llama> llama_;   // GUARDED_BY(gate_)
+  std::unique_ptr<bwtree::BwTree> tree_;  // GUARDED_BY(gate_); destroyed first
+  bool closed_ = false;                   // GUARDED_BY(restart_mu_)
+  bool skip_close_ = false;
+  std::function<void()> restart_hook_;
+
+  // The ESL (monotonic except RestartTo) and the acknowledged RSSP
+  // (monotonic, written under rssp_mu_ after dc.meta is durable). Read by
+  // the tree's and the evictor's bound callbacks on any thread.
+  std::atomic<uint64_t> esl_{0};
+  std::atomic<uint64_t> rssp_{0};
+  // max_durable_lsn as of Open / the last RestartTo (for ready()), and the
+  // latest seen (for Health while the store is unavailable).
+  std::atomic<uint64_t> ready_durable_{0};
+  std::atomic<uint64_t> last_durable_{0};
+
+  // Relaxed counters: statistics only.
+  std::atomic<uint64_t> applies_{0}, ops_applied_{0}, ops_skipped_{0}, gets_{0};
+  std::atomic<uint64_t> scans_{0}, scan_items_{0}, rssp_proposals_{0}, restarts_{0};
+};
+
+}  // namespace deuteron::dc

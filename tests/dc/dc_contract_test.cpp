@@ -1,0 +1,869 @@
+// The DC's contracts (DESIGN.md 1, 2, 3 and the protocol's errors), checked
+// through DataComponent& only, over every binding the harness knows
+// (tests/dc/dc_harness.h): in process now; the remote binding adds itself
+// there and runs these same cases.
+//
+// The TC is played by the test: it hands out LSNs, moves the ESL, proposes
+// RSSPs, crashes the DC and replays from the RSSP. A std::map model gives the
+// state each key must have.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/random.h"
+#include "protocol/data_component.h"
+#include "tests/dc/dc_harness.h"
+
+namespace deuteron::test {
+namespace {
+
+// An operation the test owns the bytes of.
+struct Op {
+  RecordOpKind kind = RecordOpKind::kUpsert;
+  std::string key;
+  std::string value;
+  uint64_t lsn = 0;
+};
+
+std::string KeyName(uint64_t i) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "key%05llu", static_cast<unsigned long long>(i));
+  return buf;
+}
+
+std::string ValueFor(uint64_t lsn, Random64* rnd) {
+  std::string v = "v" + std::to_string(lsn) + "-";
+  v.append(rnd->Uniform(40), static_cast<char>('a' + lsn % 26));
+  return v;
+}
+
+// Ops with LSNs first, first + 1, ..., over `keys` keys, about one in
+// `delete_one_in` a delete; in LSN order.
+std::vector<Op> MakeOps(Random64* rnd, uint64_t first, size_t n, uint64_t keys,
+                        uint64_t delete_one_in = 5) {
+  std::vector<Op> ops;
+  ops.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    Op op;
+    op.lsn = first + i;
+    op.key = KeyName(rnd->Uniform(keys));
+    if (rnd->OneIn(delete_one_in)) {
+      op.kind = RecordOpKind::kDelete;
+    } else {
+      op.value = ValueFor(op.lsn, rnd);
+    }
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+void Shuffle(std::vector<Op>* ops, Random64* rnd) {
+  for (size_t i = ops->size(); i > 1; --i) std::swap((*ops)[i - 1], (*ops)[rnd->Uniform(i)]);
+}
+
+// Out-of-order arrival as a TC makes it: keys interleaved in a random order,
+// each key's operations in LSN order (per-key LSN order is the TC's lock
+// order; dc/dc.md says why the DC relies on it across an ESL).
+void ShuffleAcrossKeys(std::vector<Op>* ops, Random64* rnd) {
+  Shuffle(ops, rnd);
+  std::map<std::string, std::vector<size_t>> slots;
+  for (size_t i = 0; i < ops->size(); ++i) slots[(*ops)[i].key].push_back(i);
+  for (auto& [key, where] : slots) {
+    std::vector<Op> mine;
+    for (size_t i : where) mine.push_back(std::move((*ops)[i]));
+    std::sort(mine.begin(), mine.end(), [](const Op& a, const Op& b) { return a.lsn < b.lsn; });
+    for (size_t j = 0; j < where.size(); ++j) (*ops)[where[j]] = std::move(mine[j]);
+  }
+}
+
+std::vector<RecordOp> Views(const std::vector<Op>& ops, size_t from, size_t to) {
+  std::vector<RecordOp> out;
+  for (size_t i = from; i < to; ++i) {
+    out.push_back(RecordOp{ops[i].kind, ops[i].key, ops[i].value, ops[i].lsn});
+  }
+  return out;
+}
+
+// Applies `ops` in order, in batches of at most `batch` (random sizes when
+// rnd is given); `esl` piggy-backed on each call. Returns the totals.
+ApplyResult ApplyAll(DataComponent* dc, const std::vector<Op>& ops, uint64_t esl, size_t batch,
+                     Random64* rnd = nullptr) {
+  ApplyResult total;
+  for (size_t i = 0; i < ops.size();) {
+    const size_t n = rnd != nullptr ? 1 + rnd->Uniform(batch) : batch;
+    const size_t end = std::min(ops.size(), i + n);
+    std::vector<RecordOp> views = Views(ops, i, end);
+    Result<ApplyResult> r = dc->Apply(views, esl);
+    INFO("apply [" << i << ", " << end << "): " << r.status().ToString());
+    REQUIRE(r.ok());
+    REQUIRE(r->applied + r->skipped == end - i);
+    total.applied += r->applied;
+    total.skipped += r->skipped;
+    i = end;
+  }
+  return total;
+}
+
+struct ModelRecord {
+  bool deleted = false;
+  std::string value;
+  uint64_t lsn = 0;
+};
+using Model = std::map<std::string, ModelRecord>;
+
+// Each key's newest operation with LSN in [lo, hi].
+Model BuildModel(const std::vector<Op>& ops, uint64_t hi, uint64_t lo = 0) {
+  Model m;
+  for (const Op& op : ops) {
+    if (op.lsn > hi || op.lsn < lo) continue;
+    ModelRecord& r = m[op.key];
+    if (op.lsn < r.lsn) continue;
+    r = ModelRecord{op.kind == RecordOpKind::kDelete, op.value, op.lsn};
+  }
+  return m;
+}
+
+ScanResult ScanPage(DataComponent* dc, const ScanRequest& req) {
+  Result<ScanResult> r = dc->Scan(req);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// Every live item among the KeyName keys, by repeated scans that continue
+// after the last key.
+std::vector<ScanItem> ScanAll(DataComponent* dc) {
+  std::vector<ScanItem> all;
+  ScanRequest req;
+  req.upper = "kez";  // above every "key....." name
+  for (;;) {
+    ScanResult page = ScanPage(dc, req);
+    for (ScanItem& item : page.items) all.push_back(std::move(item));
+    if (!page.more) break;
+    REQUIRE(!all.empty());
+    req.lower = all.back().key;
+    req.lower_inclusive = false;
+  }
+  return all;
+}
+
+ReadResult GetKey(DataComponent* dc, const std::string& key) {
+  Result<ReadResult> r = dc->Get(key);
+  INFO("get " << key << ": " << r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+// The DC holds exactly `model` for every key in [0, keys).
+void CheckExact(DataComponent* dc, const Model& model, uint64_t keys) {
+  for (uint64_t i = 0; i < keys; ++i) {
+    const std::string key = KeyName(i);
+    const ReadResult r = GetKey(dc, key);
+    auto it = model.find(key);
+    INFO("key " << key << " found " << r.found << " lsn " << r.lsn);
+    if (it == model.end()) {
+      CHECK(!r.found);
+      CHECK(r.lsn == 0);
+      continue;
+    }
+    INFO("model lsn " << it->second.lsn << " deleted " << it->second.deleted);
+    CHECK(r.found == !it->second.deleted);
+    CHECK(r.value == it->second.value);
+    // A tombstone may be purged once an acknowledged RSSP passed it.
+    if (it->second.deleted && r.lsn == 0) continue;
+    CHECK(r.lsn == it->second.lsn);
+  }
+  std::vector<ScanItem> items = ScanAll(dc);
+  std::vector<ScanItem> expected;
+  for (const auto& [key, rec] : model) {
+    if (!rec.deleted) expected.push_back(ScanItem{key, rec.value, rec.lsn});
+  }
+  REQUIRE(items.size() == expected.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    INFO("scan item " << i);
+    CHECK(items[i].key == expected[i].key);
+    CHECK(items[i].value == expected[i].value);
+    CHECK(items[i].lsn == expected[i].lsn);
+  }
+}
+
+// After losing what was not durable: each key holds the state of one of its
+// operations with LSN at most `esl` (or nothing), and at least its newest
+// one below `rssp`.
+void CheckBetween(DataComponent* dc, const std::vector<Op>& ops, uint64_t rssp, uint64_t esl,
+                  uint64_t keys) {
+  const Model floor = BuildModel(ops, rssp == 0 ? 0 : rssp - 1);
+  std::map<std::pair<std::string, uint64_t>, const Op*> by_lsn;
+  for (const Op& op : ops) by_lsn[{op.key, op.lsn}] = &op;
+  for (uint64_t i = 0; i < keys; ++i) {
+    const std::string key = KeyName(i);
+    const ReadResult r = GetKey(dc, key);
+    INFO("key " << key << " found " << r.found << " lsn " << r.lsn << " rssp " << rssp
+                << " esl " << esl);
+    CHECK(r.lsn <= esl);
+    auto f = floor.find(key);
+    if (f != floor.end() && !(f->second.deleted && r.lsn == 0)) CHECK(r.lsn >= f->second.lsn);
+    if (r.lsn == 0) {
+      CHECK(!r.found);
+      continue;
+    }
+    auto it = by_lsn.find({key, r.lsn});
+    REQUIRE(it != by_lsn.end());
+    CHECK(r.found == (it->second->kind == RecordOpKind::kUpsert));
+    CHECK(r.value == it->second->value);
+  }
+}
+
+DcHealth HealthOf(DataComponent* dc) {
+  Result<DcHealth> h = dc->Health();
+  REQUIRE(h.ok());
+  return *h;
+}
+
+void RequireOk(const Status& s) {
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+}
+
+// Operations with LSN in [lo, hi], in a random order: the TC's redo.
+std::vector<Op> Slice_(const std::vector<Op>& ops, uint64_t lo, uint64_t hi, Random64* rnd) {
+  std::vector<Op> out;
+  for (const Op& op : ops) {
+    if (op.lsn >= lo && op.lsn <= hi) out.push_back(op);
+  }
+  ShuffleAcrossKeys(&out, rnd);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("DC contract: nothing above the ESL reaches the LSS", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const size_t budget = GENERATE(size_t{0}, size_t{96} << 10);  // with eviction
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " budget " << budget << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.memory_budget = budget;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  constexpr uint64_t kKeys = 150;
+  std::vector<Op> history;  // what the TC's log made durable, and more
+  uint64_t next = 1, acked = 0;
+  for (int round = 0; round < 4; ++round) {
+    INFO("round " << round);
+    std::vector<Op> ops = MakeOps(&rnd, next, 300, kKeys);
+    next += ops.size();
+    const uint64_t esl = next - 1 - (20 + rnd.Uniform(150));
+    ShuffleAcrossKeys(&ops, &rnd);  // out-of-order arrival across keys and pages
+    // Half piggy-backs the ESL, half sets it alone afterwards.
+    ApplyAll(h->dc(), ops, rnd.OneIn(2) ? esl : 0, 32, &rnd);
+    RequireOk(h->dc()->SetEsl(esl));
+    RequireOk(h->dc()->SetEsl(esl / 2));  // lower: ignored
+    CHECK(HealthOf(h->dc()).esl == esl);
+    for (const Op& op : ops) history.push_back(op);
+    const bool propose = round % 2 == 0;
+    if (propose) {
+      RequireOk(h->dc()->ProposeRssp(esl + 1));
+
+      acked = esl + 1;
+    }
+    h->Crash();
+    const DcHealth health = HealthOf(h->dc());
+    CHECK(health.rssp == acked);
+    CHECK(health.max_durable_lsn <= esl);
+    if (propose) {
+      CHECK(health.max_durable_lsn >= acked - 1);
+      CheckExact(h->dc(), BuildModel(history, esl), kKeys);
+    } else {
+      CheckBetween(h->dc(), history, acked, esl, kKeys);
+      // The TC replays from its RSSP; then the DC is exact again.
+      ApplyAll(h->dc(), Slice_(history, acked, esl, &rnd), esl, 32, &rnd);
+      CheckExact(h->dc(), BuildModel(history, esl), kKeys);
+    }
+    // What the ESL never covered is gone for good: the TC never logged it.
+    std::erase_if(history, [esl](const Op& op) { return op.lsn > esl; });
+  }
+}
+
+TEST_CASE("DC contract: replays and out-of-order batches give the same state",
+          "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  constexpr uint64_t kKeys = 80;
+  const std::vector<Op> ops = MakeOps(&rnd, 1, 600, kKeys, 4);
+  const Model model = BuildModel(ops, ~0ull);
+  HarnessConfig config;
+  config.seed = seed;
+
+  std::unique_ptr<DcHarness> ordered = MakeHarness(kind, config);
+  // The ESL in the middle: consolidation folds half the records into bases.
+  ApplyResult first = ApplyAll(ordered->dc(), ops, 300, 50);
+  CHECK(first.applied == ops.size());  // in LSN order every op is newer
+  CHECK(first.skipped == 0);
+  ApplyResult again = ApplyAll(ordered->dc(), ops, 0, 50);
+  CHECK(again.applied == 0);
+  CHECK(again.skipped == ops.size());
+  CheckExact(ordered->dc(), model, kKeys);
+
+  std::unique_ptr<DcHarness> shuffled = MakeHarness(kind, config);
+  std::vector<Op> order = ops;
+  Shuffle(&order, &rnd);
+  ApplyResult r = ApplyAll(shuffled->dc(), order, 300, 64, &rnd);
+  CHECK(r.applied + r.skipped == ops.size());
+  CHECK(r.skipped > 0);  // older operations behind newer ones of their keys
+  // Redo of a random half, in another order.
+  std::vector<Op> redo;
+  for (const Op& op : order) {
+    if (rnd.OneIn(2)) redo.push_back(op);
+  }
+  Shuffle(&redo, &rnd);
+  ApplyResult rr = ApplyAll(shuffled->dc(), redo, 0, 64, &rnd);
+  CHECK(rr.applied == 0);
+  CheckExact(shuffled->dc(), model, kKeys);
+  std::vector<ScanItem> a = ScanAll(ordered->dc()), b = ScanAll(shuffled->dc());
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].key == b[i].key);
+    CHECK(a[i].value == b[i].value);
+    CHECK(a[i].lsn == b[i].lsn);
+  }
+}
+
+TEST_CASE("DC contract: an acknowledged RSSP survives a crash", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+
+  SECTION("records below the RSSP in a base consolidated above it") {
+    // Few keys, one leaf, the ESL far ahead: consolidation folds records up
+    // to LSN 60 into the base, whose tag is then above rssp - 1. A flush
+    // bounded by rssp - 1 could not write that base.
+    std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+    constexpr uint64_t kKeys = 5;
+    const std::vector<Op> ops = MakeOps(&rnd, 1, 60, kKeys, 6);
+    ApplyAll(h->dc(), ops, 60, 1);
+    RequireOk(h->dc()->ProposeRssp(10));
+    h->Crash();
+    CHECK(HealthOf(h->dc()).rssp == 10);
+    CheckBetween(h->dc(), ops, 10, 60, kKeys);
+  }
+  SECTION("random ESLs and RSSPs") {
+    std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+    constexpr uint64_t kKeys = 120;
+    std::vector<Op> history;
+    uint64_t next = 1;
+    for (int round = 0; round < 3; ++round) {
+      INFO("round " << round);
+      std::vector<Op> ops = MakeOps(&rnd, next, 250, kKeys);
+      next += ops.size();
+      const uint64_t esl = next - 1 - rnd.Uniform(100);
+      ShuffleAcrossKeys(&ops, &rnd);
+      ApplyAll(h->dc(), ops, esl, 40, &rnd);
+      for (const Op& op : ops) history.push_back(op);
+      const uint64_t rssp = esl + 1 - rnd.Uniform(200);
+      RequireOk(h->dc()->ProposeRssp(rssp));
+      h->Crash();
+      CHECK(HealthOf(h->dc()).rssp == rssp);
+      CheckBetween(h->dc(), history, rssp, esl, kKeys);
+      ApplyAll(h->dc(), Slice_(history, rssp, esl, &rnd), esl, 40, &rnd);
+      std::erase_if(history, [esl](const Op& op) { return op.lsn > esl; });
+      CheckExact(h->dc(), BuildModel(history, esl), kKeys);
+    }
+  }
+}
+
+TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DataComponent* dc = h->dc();
+  const std::string k = KeyName(3);
+  auto apply = [&](RecordOpKind op_kind, const std::string& key, uint64_t lsn) {
+    const std::string value = op_kind == RecordOpKind::kUpsert ? "x" + std::to_string(lsn) : "";
+    RecordOp op{op_kind, key, value, lsn};
+    Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), 0);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return r->applied == 1;
+  };
+  // Neighbours in the same leaf, written often enough to consolidate it
+  // (with the ESL far ahead, the tombstone is folded into the base).
+  uint64_t lsn = 100;
+  auto churn = [&] {
+    for (int i = 0; i < 12; ++i) {
+      REQUIRE(apply(RecordOpKind::kUpsert, KeyName(rnd.Uniform(3) == 0 ? 2 : 4), ++lsn));
+    }
+  };
+  RequireOk(dc->SetEsl(1000));
+  REQUIRE(apply(RecordOpKind::kUpsert, k, 10));
+  REQUIRE(apply(RecordOpKind::kDelete, k, 20));
+  churn();
+  // Redo of older operations: skipped against the tombstone.
+  CHECK(!apply(RecordOpKind::kUpsert, k, 10));
+  CHECK(!apply(RecordOpKind::kUpsert, k, 15));
+  CHECK(!apply(RecordOpKind::kDelete, k, 20));
+  ReadResult r = GetKey(dc, k);
+  CHECK(!r.found);
+  CHECK(r.lsn == 20);
+  // An RSSP at the tombstone does not pass it.
+  RequireOk(dc->ProposeRssp(20));
+  churn();
+  CHECK(!apply(RecordOpKind::kUpsert, k, 19));
+  r = GetKey(dc, k);
+  CHECK(!r.found);
+  CHECK(r.lsn == 20);
+  // Crash: the tombstone is durable (below the next RSSP) and still wins.
+  RequireOk(dc->ProposeRssp(21));
+  h->Crash();
+  dc = h->dc();
+  churn();
+  r = GetKey(dc, k);
+  CHECK(!r.found);
+  CHECK((r.lsn == 20 || r.lsn == 0));  // purged or not: both allowed now
+  // A newer write of the key is applied whatever happened to the tombstone.
+  CHECK(apply(RecordOpKind::kUpsert, k, ++lsn));
+  r = GetKey(dc, k);
+  CHECK(r.found);
+  CHECK(r.lsn == lsn);
+}
+
+TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  constexpr uint64_t kKeys = 60;
+
+  SECTION("all below the stable end durable: the old values come back") {
+    std::vector<Op> ops = MakeOps(&rnd, 1, 300, kKeys);
+    ApplyAll(h->dc(), ops, 300, 30, &rnd);
+    RequireOk(h->dc()->ProposeRssp(301));
+    // The same keys again above E = 300: updates and deletes the TC's log
+    // never made durable (its ESL stays 300).
+    std::vector<Op> above = MakeOps(&rnd, 301, 300, kKeys);
+    ApplyAll(h->dc(), above, 0, 30, &rnd);
+    Result<DcReady> ready = h->dc()->RestartTo(300);
+    INFO(ready.status().ToString());
+    REQUIRE(ready.ok());
+    CHECK(ready->rssp == 301);
+    CHECK(ready->max_durable_lsn == 300);
+    const DcHealth health = HealthOf(h->dc());
+    CHECK(health.state == DcState::kServing);
+    CHECK(health.esl == 300);
+    CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
+    // The DC serves on: new operations above the stable end apply.
+    std::vector<Op> more = MakeOps(&rnd, 301, 200, kKeys);
+    ApplyAll(h->dc(), more, 400, 30, &rnd);
+    for (const Op& op : more) ops.push_back(op);
+    CheckExact(h->dc(), BuildModel(ops, ~0ull), kKeys);
+  }
+  SECTION("some below the stable end only in memory: lost, then replayed") {
+    std::vector<Op> ops = MakeOps(&rnd, 1, 400, kKeys);
+    std::vector<Op> first(ops.begin(), ops.begin() + 200);
+    std::vector<Op> second(ops.begin() + 200, ops.begin() + 300);
+    std::vector<Op> above(ops.begin() + 300, ops.end());
+    ApplyAll(h->dc(), first, 200, 30, &rnd);
+    RequireOk(h->dc()->ProposeRssp(201));
+    ApplyAll(h->dc(), second, 300, 30, &rnd);
+    ApplyAll(h->dc(), above, 0, 30, &rnd);
+    Result<DcReady> ready = h->dc()->RestartTo(300);
+    INFO(ready.status().ToString());
+    REQUIRE(ready.ok());
+    CHECK(ready->rssp == 201);
+    CHECK(ready->max_durable_lsn <= 300);
+    CheckBetween(h->dc(), ops, 201, 300, kKeys);
+    ApplyAll(h->dc(), Slice_(ops, 201, 300, &rnd), 300, 30, &rnd);
+    CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
+    // And again, after a crash right after the replay was made durable.
+    RequireOk(h->dc()->ProposeRssp(301));
+    h->Crash();
+    CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
+  }
+  SECTION("a stable end below what the LSS holds is refused") {
+    std::vector<Op> ops = MakeOps(&rnd, 1, 100, kKeys);
+    ApplyAll(h->dc(), ops, 100, 30, &rnd);
+    RequireOk(h->dc()->ProposeRssp(101));
+    Result<DcReady> ready = h->dc()->RestartTo(50);
+    CHECK(ready.status().IsInvalidArgument());
+    CHECK(HealthOf(h->dc()).state == DcState::kServing);
+    CheckExact(h->dc(), BuildModel(ops, 100), kKeys);
+  }
+}
+
+TEST_CASE("DC contract: a restarted DC reports its RSSP and durable bound", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DcHealth health = HealthOf(h->dc());
+  CHECK(health.state == DcState::kServing);
+  CHECK(health.rssp == 0);
+  CHECK(health.max_durable_lsn == 0);
+
+  const std::vector<Op> ops = MakeOps(&rnd, 1, 100, 40);
+  ApplyAll(h->dc(), ops, 0, 25);
+  RequireOk(h->dc()->SetEsl(80));
+  RequireOk(h->dc()->ProposeRssp(50));
+  RequireOk(h->dc()->ProposeRssp(81));
+  RequireOk(h->dc()->ProposeRssp(60));  // lower: acknowledged, changes nothing
+  health = HealthOf(h->dc());
+  CHECK(health.rssp == 81);
+  CHECK(health.max_durable_lsn == 80);
+  h->Crash();
+  health = HealthOf(h->dc());
+  CHECK(health.state == DcState::kServing);
+  CHECK(health.rssp == 81);
+  CHECK(health.max_durable_lsn == 80);
+  CHECK(health.esl >= 80);  // what the LSS proves the TC had made durable
+  CheckExact(h->dc(), BuildModel(ops, 80), 40);
+  h->Reopen();
+  health = HealthOf(h->dc());
+  CHECK(health.rssp == 81);
+  CHECK(health.max_durable_lsn == 80);
+  Result<DcReady> ready = h->dc()->RestartTo(90);
+  REQUIRE(ready.ok());
+  CHECK(ready->rssp == 81);
+  CHECK(ready->max_durable_lsn == 80);
+  Result<DcStats> stats = h->dc()->GetStats();
+  REQUIRE(stats.ok());
+  CHECK(stats->rssp == 81);
+  CHECK(stats->esl == 90);
+  CHECK(stats->restarts == 1);
+}
+
+TEST_CASE("DC contract: bad input gets typed errors", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  INFO("binding " << kind);
+  HarnessConfig config;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DataComponent* dc = h->dc();
+  auto apply = [&](std::vector<RecordOp> ops) { return dc->Apply(ops, 0); };
+  const std::string big_key(config.max_key_size + 1, 'k');
+  const std::string big_value(config.max_value_size + 1, 'v');
+
+  CHECK(apply({RecordOp{RecordOpKind::kUpsert, "a", "1", 0}}).status().IsInvalidArgument());
+  CHECK(apply({RecordOp{static_cast<RecordOpKind>(7), "a", "1", 1}})
+            .status()
+            .IsInvalidArgument());
+  CHECK(apply({RecordOp{RecordOpKind::kDelete, "a", "1", 1}}).status().IsInvalidArgument());
+  CHECK(HasCode(apply({RecordOp{RecordOpKind::kUpsert, big_key, "1", 1}}).status(), Code::kTooLarge));
+  CHECK(HasCode(apply({RecordOp{RecordOpKind::kUpsert, "a", big_value, 1}}).status(), Code::kTooLarge));
+  CHECK(HasCode(apply({RecordOp{RecordOpKind::kDelete, big_key, "", 1}}).status(), Code::kTooLarge));
+  {
+    std::vector<RecordOp> many(config.max_batch_ops + 1,
+                               RecordOp{RecordOpKind::kUpsert, "m", "1", 5});
+    CHECK(HasCode(apply(many).status(), Code::kTooLarge));
+    // The limit itself is fine.
+    many.resize(config.max_batch_ops);
+    for (size_t i = 0; i < many.size(); ++i) many[i].lsn = 100 + i;
+    Result<ApplyResult> r = apply(many);
+    REQUIRE(r.ok());
+    CHECK(r->applied == many.size());
+  }
+  {
+    const std::string value(config.max_value_size, 'v');
+    std::vector<RecordOp> heavy;
+    for (size_t i = 0; i * value.size() <= config.max_batch_bytes; ++i) {
+      heavy.push_back(RecordOp{RecordOpKind::kUpsert, "h", value, 1000 + i});
+    }
+    CHECK(HasCode(apply(heavy).status(), Code::kTooLarge));
+    CHECK(!GetKey(dc, "h").found);  // refused whole
+  }
+  // An error stops the batch: the operations before it are applied, the
+  // rest are not.
+  {
+    Result<ApplyResult> r = apply({RecordOp{RecordOpKind::kUpsert, "b1", "1", 2001},
+                                   RecordOp{RecordOpKind::kUpsert, "b2", "2", 0},
+                                   RecordOp{RecordOpKind::kUpsert, "b3", "3", 2003}});
+    CHECK(r.status().IsInvalidArgument());
+    CHECK(GetKey(dc, "b1").found);
+    CHECK(!GetKey(dc, "b2").found);
+    CHECK(!GetKey(dc, "b3").found);
+  }
+  CHECK(HasCode(dc->Get(big_key).status(), Code::kTooLarge));
+  {
+    std::vector<Slice> keys(config.max_multiget_keys + 1, Slice("a"));
+    CHECK(HasCode(dc->MultiGet(keys).status(), Code::kTooLarge));
+    std::vector<Slice> bad = {Slice("b1"), Slice(big_key)};
+    CHECK(HasCode(dc->MultiGet(bad).status(), Code::kTooLarge));
+  }
+  {
+    ScanRequest req;
+    req.lower = big_key;
+    CHECK(HasCode(dc->Scan(req).status(), Code::kTooLarge));
+  }
+  RequireOk(dc->SetEsl(10));
+  CHECK(dc->ProposeRssp(12).IsInvalidArgument());
+  RequireOk(dc->ProposeRssp(11));
+  // The DC keeps serving.
+  Result<ApplyResult> r = apply({RecordOp{RecordOpKind::kUpsert, "after", "ok", 3000}});
+  REQUIRE(r.ok());
+  CHECK(r->applied == 1);
+  CHECK(HealthOf(dc).state == DcState::kServing);
+}
+
+TEST_CASE("DC contract: reads", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DataComponent* dc = h->dc();
+  constexpr uint64_t kKeys = 200;
+  const std::vector<Op> ops = MakeOps(&rnd, 1, 500, kKeys, 3);
+  ApplyAll(dc, ops, 250, 50, &rnd);
+  const Model model = BuildModel(ops, ~0ull);
+  CheckExact(dc, model, kKeys);
+
+  // MultiGet: one result per key, in order, tombstones' LSNs included.
+  std::vector<std::string> names;
+  for (uint64_t i = 0; i < 100; ++i) names.push_back(KeyName(rnd.Uniform(kKeys + 20)));
+  std::vector<Slice> keys(names.begin(), names.end());
+  Result<std::vector<ReadResult>> mg = dc->MultiGet(keys);
+  REQUIRE(mg.ok());
+  REQUIRE(mg->size() == keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ReadResult one = GetKey(dc, names[i]);
+    CHECK((*mg)[i].found == one.found);
+    CHECK((*mg)[i].value == one.value);
+    CHECK((*mg)[i].lsn == one.lsn);
+  }
+
+  // Bounded, reverse and limited scans against the model.
+  std::vector<std::pair<std::string, ModelRecord>> live;
+  for (const auto& [k, rec] : model) {
+    if (!rec.deleted) live.emplace_back(k, rec);
+  }
+  for (int trial = 0; trial < 20; ++trial) {
+    ScanRequest req;
+    std::string lo = KeyName(rnd.Uniform(kKeys)), hi = KeyName(rnd.Uniform(kKeys));
+    if (hi < lo) std::swap(lo, hi);
+    if (!rnd.OneIn(4)) req.lower = lo;
+    if (!rnd.OneIn(4)) req.upper = hi;
+    req.lower_inclusive = rnd.OneIn(2);
+    req.upper_inclusive = rnd.OneIn(2);
+    req.reverse = rnd.OneIn(2);
+    req.limit = static_cast<uint32_t>(rnd.Uniform(3) == 0 ? 0 : 1 + rnd.Uniform(30));
+    std::vector<std::string> expect;
+    for (const auto& [k, rec] : live) {
+      if (req.lower && (k < *req.lower || (k == *req.lower && !req.lower_inclusive))) continue;
+      if (req.upper && (k > *req.upper || (k == *req.upper && !req.upper_inclusive))) continue;
+      expect.push_back(k);
+    }
+    if (req.reverse) std::reverse(expect.begin(), expect.end());
+    const size_t cap = req.limit == 0 ? config.max_scan_items
+                                      : std::min<size_t>(req.limit, config.max_scan_items);
+    const ScanResult page = ScanPage(dc, req);
+    INFO("trial " << trial << " limit " << req.limit << " reverse " << req.reverse);
+    CHECK(page.more == (expect.size() > cap));
+    REQUIRE(page.items.size() == std::min(cap, expect.size()));
+    for (size_t i = 0; i < page.items.size(); ++i) {
+      CHECK(page.items[i].key == expect[i]);
+      CHECK(page.items[i].lsn == model.at(expect[i]).lsn);
+    }
+  }
+}
+
+TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DataComponent* dc = h->dc();
+  constexpr uint64_t kKeys = 50;
+  constexpr uint64_t kEsl = uint64_t{1} << 40;  // every LSN below: restarts to it are valid
+  const std::vector<Op> base = MakeOps(&rnd, 1, 200, kKeys);
+  ApplyAll(dc, base, kEsl, 50);
+  RequireOk(dc->ProposeRssp(201));
+  const Model model = BuildModel(base, ~0ull);
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ok_calls{0}, unavailable{0}, unexpected{0};
+  std::atomic<uint64_t> next_lsn{1000};
+  auto note = [&](const Status& s) {
+    if (s.ok()) {
+      ok_calls.fetch_add(1);
+    } else if (s.IsUnavailable()) {
+      unavailable.fetch_add(1);
+    } else {
+      unexpected.fetch_add(1);
+      std::fprintf(stderr, "unexpected status: %s\n", s.ToString().c_str());
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      Random64 r(seed + 1 + t);
+      while (!stop.load()) {
+        switch (r.Uniform(6)) {
+          case 0: {
+            // Writes to keys outside the checked ones.
+            const std::string key = "w" + std::to_string(r.Uniform(20));
+            RecordOp op{RecordOpKind::kUpsert, key, "v", next_lsn.fetch_add(1)};
+            note(dc->Apply(std::span<const RecordOp>(&op, 1), 0).status());
+            break;
+          }
+          case 1:
+            note(dc->Get(KeyName(r.Uniform(kKeys))).status());
+            break;
+          case 2: {
+            ScanRequest req;
+            req.limit = 10;
+            note(dc->Scan(req).status());
+            break;
+          }
+          case 3:
+            note(dc->SetEsl(kEsl));
+            break;
+          case 4:
+            note(dc->ProposeRssp(201));
+            break;
+          default: {
+            Result<DcHealth> health = dc->Health();
+            note(health.status());
+            break;
+          }
+        }
+      }
+    });
+  }
+  int restarts = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (restarts < 4 || (unavailable.load() == 0 && std::chrono::steady_clock::now() < deadline)) {
+    Result<DcReady> ready = dc->RestartTo(kEsl);
+    INFO(ready.status().ToString());
+    REQUIRE(ready.ok());
+    CHECK(ready->rssp == 201);
+    ++restarts;
+  }
+  stop.store(true);
+  for (std::thread& t : threads) t.join();
+  INFO("restarts " << restarts << " ok " << ok_calls.load() << " unavailable "
+                   << unavailable.load());
+  CHECK(unexpected.load() == 0);
+  CHECK(unavailable.load() > 0);
+  CHECK(ok_calls.load() > 0);
+  CHECK(HealthOf(dc).state == DcState::kServing);
+  CheckExact(dc, model, kKeys);
+}
+
+TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  HarnessConfig config;
+  config.seed = seed;
+  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  DataComponent* dc = h->dc();
+  constexpr int kThreads = 3;
+  constexpr uint64_t kKeys = 40;
+  constexpr int kOpsPerThread = 600;
+  // Thread t's i-th operation has LSN i * kThreads + t + 1: unique, and
+  // increasing per thread, so per key too within a thread; threads overlap
+  // on every key in any order.
+  std::vector<std::vector<Op>> per_thread(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    Random64 rnd(seed * 31 + t);
+    for (int i = 0; i < kOpsPerThread; ++i) {
+      Op op;
+      op.lsn = static_cast<uint64_t>(i) * kThreads + t + 1;
+      op.key = KeyName(rnd.Uniform(kKeys));
+      if (rnd.OneIn(5)) {
+        op.kind = RecordOpKind::kDelete;
+      } else {
+        op.value = ValueFor(op.lsn, &rnd);
+      }
+      per_thread[t].push_back(std::move(op));
+    }
+  }
+  std::atomic<uint64_t> errors{0}, regressions{0};
+  auto fails = [&errors](const Status& s) {
+    if (s.ok()) return false;
+    std::fprintf(stderr, "unexpected status: %s\n", s.ToString().c_str());
+    errors.fetch_add(1);
+    return true;
+  };
+  std::atomic<bool> stop{false};
+  // progress[t]: the LSN of thread t's first operation not yet applied. As a
+  // TC does, an RSSP is proposed only below every such LSN (every operation
+  // below it has been applied), since tombstones below it may be purged.
+  std::vector<std::atomic<uint64_t>> progress(kThreads);
+  for (int t = 0; t < kThreads; ++t) progress[t].store(per_thread[t][0].lsn);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Random64 rnd(seed * 77 + t);
+      const std::vector<Op>& ops = per_thread[t];
+      for (size_t i = 0; i < ops.size();) {
+        const size_t end = std::min(ops.size(), i + 1 + rnd.Uniform(12));
+        std::vector<RecordOp> views = Views(ops, i, end);
+        const uint64_t esl = rnd.OneIn(4) ? ops[i].lsn : 0;
+        fails(dc->Apply(views, esl).status());
+        // Now and then the same batch again (a redo), and an RSSP proposal.
+        if (rnd.OneIn(6)) fails(dc->Apply(views, 0).status());
+        progress[t].store(end < ops.size() ? ops[end].lsn : ~0ull);
+        if (t == 0 && rnd.OneIn(25)) {
+          uint64_t rssp = ~0ull;
+          for (const auto& p : progress) rssp = std::min(rssp, p.load());
+          if (rssp != ~0ull) {
+            if (!fails(dc->SetEsl(rssp - 1))) fails(dc->ProposeRssp(rssp));
+          }
+        }
+        i = end;
+      }
+    });
+  }
+  // A reader: the LSN held for a key never goes back.
+  std::thread reader([&] {
+    std::vector<uint64_t> seen(kKeys, 0);
+    Random64 rnd(seed * 101);
+    while (!stop.load()) {
+      const uint64_t k = rnd.Uniform(kKeys);
+      Result<ReadResult> r = dc->Get(KeyName(k));
+      if (fails(r.status())) continue;
+      if (r->lsn < seen[k] && !(r->lsn == 0 && !r->found)) regressions.fetch_add(1);
+      seen[k] = std::max(seen[k], r->lsn);
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  stop.store(true);
+  reader.join();
+  CHECK(errors.load() == 0);
+  CHECK(regressions.load() == 0);
+  std::vector<Op> all;
+  for (const auto& ops : per_thread) all.insert(all.end(), ops.begin(), ops.end());
+  CheckExact(dc, BuildModel(all, ~0ull), kKeys);
+}
+
+}  // namespace deuteron::test

@@ -1,0 +1,314 @@
+// Tests of the in-process DC that look inside it (dc.meta, LLAMA's flush
+// annotations, tombstone purging, the restart gate, Close), and of the
+// Bw-tree's conditional write it is built on. The binding-independent
+// contracts are in dc_contract_test.cpp.
+#include "dc/dc.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/coding.h"
+#include "common/crc32c.h"
+#include "common/env.h"
+#include "common/fault_env.h"
+#include "common/random.h"
+#include "dc/bwtree/bwtree.h"
+#include "dc/llama/llama.h"
+#include "tests/dc/dc_harness.h"
+
+namespace deuteron::dc {
+namespace {
+
+using test::HarnessConfig;
+using test::HasCode;
+using test::InProcessHarness;
+
+Status ApplyOne(DataComponent* dc, RecordOpKind kind, const std::string& key, uint64_t lsn,
+                uint64_t esl = 0, ApplyResult* result = nullptr) {
+  const std::string value = kind == RecordOpKind::kUpsert ? "v" + std::to_string(lsn) : "";
+  RecordOp op{kind, key, value, lsn};
+  Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), esl);
+  if (r.ok() && result != nullptr) *result = *r;
+  return r.status();
+}
+
+ReadResult GetKey(DataComponent* dc, const std::string& key) {
+  Result<ReadResult> r = dc->Get(key);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
+}  // namespace
+
+TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
+  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull});
+  REQUIRE(bytes.size() == kDcMetaSize);
+  CHECK(bytes.substr(0, 8) == "DTRNDCMT");
+  Result<DcMeta> m = DecodeDcMeta(bytes);
+  REQUIRE(m.ok());
+  CHECK(m->rssp == 0x0102030405060708ull);
+
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x10;
+    INFO("byte " << i);
+    CHECK(DecodeDcMeta(bad).status().IsCorruption());
+  }
+  CHECK(DecodeDcMeta(bytes.substr(0, 31)).status().IsCorruption());
+  // A newer version, with a valid checksum, is NotSupported.
+  std::string newer = bytes;
+  EncodeFixed32(&newer[8], kDcMetaVersion + 1);
+  EncodeFixed32(&newer[28], crc32c::Mask(crc32c::Value(newer.data(), 28)));
+  CHECK(HasCode(DecodeDcMeta(newer).status(), Code::kNotSupported));
+}
+
+TEST_CASE("dc.meta is written atomically and read at open", "[dc]") {
+  HarnessConfig config;
+  config.seed = TestSeed();
+  INFO("seed " << config.seed);
+  InProcessHarness h(config);
+  FaultInjectionEnv* env = h.env();
+  REQUIRE(!env->FileExists("/dc/dc.meta"));  // nothing acknowledged yet
+  REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "a", 5, 5).ok());
+  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  CHECK(env->FileExists("/dc/dc.meta"));
+  CHECK(!env->FileExists("/dc/dc.meta.tmp"));
+  CHECK(env->UnsyncedChangeCount("/dc/dc.meta") == 0);
+  h.Crash();
+  CHECK(h.local()->ready().rssp == 6);
+
+  SECTION("a damaged dc.meta fails the open") {
+    h.Kill();
+    Result<std::unique_ptr<File>> f = env->OpenFile("/dc/dc.meta", OpenMode::kReadWrite);
+    REQUIRE(f.ok());
+    REQUIRE((*f)->WriteAt(16, Slice("\x07", 1)).ok());
+    REQUIRE((*f)->Sync().ok());
+    REQUIRE((*f)->Close().ok());
+    Result<std::unique_ptr<Dc>> dc = Dc::Open(env, "/dc", InProcessHarness::Options(config));
+    CHECK(dc.status().IsCorruption());
+  }
+}
+
+TEST_CASE("LLAMA keeps the highest flush annotation across checkpoints and crashes",
+          "[dc][llama]") {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), TestSeed());
+  llama::LlamaOptions o = InProcessHarness::Options(HarnessConfig{}).llama;
+  auto open = [&] {
+    Result<std::unique_ptr<llama::Llama>> r = llama::Llama::Open(&env, "/l", o);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return std::move(r).value();
+  };
+  auto write_page = [](llama::Llama* l, uint64_t tag, uint64_t annotation) {
+    auto guard = l->Enter();
+    std::unique_ptr<llama::Llama::SystemTxn> txn = l->TBegin();
+    Result<llama::PageId> pid = l->TAllocate(txn.get());
+    REQUIRE(pid.ok());
+    llama::PageNode* base = l->NewNode(llama::NodeKind::kBase, 4, tag);
+    std::memcpy(base->payload(), "base", 4);
+    Result<bool> u = l->TUpdateD(txn.get(), *pid, nullptr, base);
+    REQUIRE((u.ok() && *u));
+    Result<bool> c = l->TCommit(txn.get(), 0, nullptr, nullptr, tag, annotation);
+    REQUIRE((c.ok() && *c));
+    return *pid;
+  };
+  std::unique_ptr<llama::Llama> l = open();
+  CHECK(l->MaxAnnotation() == 0);
+  const llama::PageId pid = write_page(l.get(), 3, 30);
+  CHECK(l->MaxAnnotation() == 30);
+  {
+    auto guard = l->Enter();
+    Result<const llama::PageNode*> head = l->Read(pid);
+    REQUIRE(head.ok());
+    llama::PageNode* d = l->NewNode(llama::NodeKind::kDelta, 1, 40);
+    d->payload()[0] = 'd';
+    REQUIRE(l->UpdateD(pid, *head, d));
+    Result<llama::FlushResult> f = l->Flush(pid, 40, 40);
+    REQUIRE(f.ok());
+    REQUIRE(f->outcome == llama::FlushOutcome::kFlushed);
+  }
+  write_page(l.get(), 5, 25);  // lower: the maximum stays
+  CHECK(l->MaxAnnotation() == 40);
+  REQUIRE(l->Close().ok());  // checkpoints: recovery replays nothing after it
+  l.reset();
+  l = open();
+  CHECK(l->MaxAnnotation() == 40);  // from the checkpoint
+  write_page(l.get(), 6, 55);
+  REQUIRE(l->MakeStable(l->Tail()).ok());
+  write_page(l.get(), 7, 99);  // never made stable: lost in the crash
+  l->TEST_SkipCloseOnDestroy();
+  REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  l.reset();
+  l = open();
+  CHECK(l->MaxAnnotation() == 55);  // the checkpoint's, then the LSS after it
+}
+
+TEST_CASE("LLAMA leaves pages private to an open system transaction to its commit",
+          "[dc][llama]") {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  llama::LlamaOptions o = InProcessHarness::Options(HarnessConfig{}).llama;
+  Result<std::unique_ptr<llama::Llama>> opened = llama::Llama::Open(mem.get(), "/l", o);
+  REQUIRE(opened.ok());
+  llama::Llama* l = opened->get();
+  auto guard = l->Enter();
+  std::unique_ptr<llama::Llama::SystemTxn> txn = l->TBegin();
+  Result<llama::PageId> pid = l->TAllocate(txn.get());
+  REQUIRE(pid.ok());
+  llama::PageNode* base = l->NewNode(llama::NodeKind::kBase, 4, 1);
+  std::memcpy(base->payload(), "base", 4);
+  Result<bool> u = l->TUpdateD(txn.get(), *pid, nullptr, base);
+  REQUIRE((u.ok() && *u));
+  // A concurrent FlushAll reaching the page: nothing is installed on it.
+  Result<llama::FlushResult> f = l->Flush(*pid, 10, 10);
+  REQUIRE(f.ok());
+  CHECK(f->outcome == llama::FlushOutcome::kClean);
+  Result<bool> c = l->TCommit(txn.get(), 0, nullptr, nullptr, 10, 10);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(*c);
+  // Committed, it is an ordinary page: written by the commit, clean now.
+  f = l->Flush(*pid, 10, 10);
+  REQUIRE(f.ok());
+  CHECK(f->outcome == llama::FlushOutcome::kClean);
+}
+
+TEST_CASE("Bw-tree conditional writes compare with the held LSN, tombstones included",
+          "[dc][bwtree]") {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  llama::LlamaOptions o = InProcessHarness::Options(HarnessConfig{}).llama;
+  Result<std::unique_ptr<llama::Llama>> l = llama::Llama::Open(mem.get(), "/t", o);
+  REQUIRE(l.ok());
+  Result<std::unique_ptr<bwtree::BwTree>> t = bwtree::BwTree::Open(l->get());
+  REQUIRE(t.ok());
+  bwtree::BwTree* tree = t->get();
+  auto write = [&](bool tombstone, const char* key, uint64_t lsn) {
+    Result<bool> r = tree->WriteIfNewer(tombstone, key, tombstone ? "" : "v", lsn);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
+  CHECK(write(false, "a", 10));
+  CHECK(!write(false, "a", 10));  // equal: already reflected
+  CHECK(!write(false, "a", 9));
+  CHECK(write(true, "a", 20));
+  CHECK(!write(false, "a", 15));  // the tombstone's LSN counts
+  CHECK(!write(true, "a", 20));
+  bool found = true;
+  Result<bwtree::Record> held = tree->ReadHeld("a", &found);
+  REQUIRE(held.ok());
+  CHECK(!found);
+  CHECK(held->lsn == 20);
+  CHECK(write(false, "a", 21));
+  held = tree->ReadHeld("a", &found);
+  REQUIRE(held.ok());
+  CHECK(found);
+  CHECK(held->lsn == 21);
+  held = tree->ReadHeld("zz", &found);
+  REQUIRE(held.ok());
+  CHECK(!found);
+  CHECK(held->lsn == 0);
+  CHECK(HasCode(tree->WriteIfNewer(false, std::string(5000, 'k'), "v", 30).status(), Code::kTooLarge));
+  t->reset();
+}
+
+TEST_CASE("DC purges a tombstone once an acknowledged RSSP passes it", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  DataComponent* dc = h.dc();
+  REQUIRE(dc->SetEsl(1000).ok());
+  REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k3", 10).ok());
+  REQUIRE(ApplyOne(dc, RecordOpKind::kDelete, "k3", 20).ok());
+  uint64_t lsn = 100;
+  auto churn = [&] {
+    for (int i = 0; i < 12; ++i) {
+      REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, i % 2 == 0 ? "k2" : "k4", ++lsn).ok());
+    }
+  };
+  churn();
+  CHECK(GetKey(dc, "k3").lsn == 20);
+  REQUIRE(dc->ProposeRssp(20).ok());
+  churn();
+  CHECK(GetKey(dc, "k3").lsn == 20);  // not passed yet
+  REQUIRE(dc->ProposeRssp(21).ok());
+  churn();
+  const ReadResult r = GetKey(dc, "k3");
+  CHECK(!r.found);
+  CHECK(r.lsn == 0);  // consolidation purged it
+}
+
+TEST_CASE("DC: every call during a restart is refused, Health says why", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "a", 1, 1).ok());
+  REQUIRE(dc->ProposeRssp(2).ok());
+  int hook_runs = 0;
+  std::vector<Status> seen;
+  DcHealth health_during;
+  dc->TEST_SetRestartHook([&] {
+    ++hook_runs;
+    std::thread other([&] {
+      RecordOp op{RecordOpKind::kUpsert, "b", "v", 5};
+      seen.push_back(dc->Apply(std::span<const RecordOp>(&op, 1), 0).status());
+      seen.push_back(dc->Get("a").status());
+      std::vector<Slice> keys = {Slice("a")};
+      seen.push_back(dc->MultiGet(keys).status());
+      seen.push_back(dc->Scan(ScanRequest{}).status());
+      seen.push_back(dc->SetEsl(9));
+      seen.push_back(dc->ProposeRssp(2));
+      seen.push_back(dc->GetStats().status());
+      seen.push_back(dc->RestartTo(10).status());
+      Result<DcHealth> health = dc->Health();
+      if (health.ok()) health_during = *health;
+      health.status().PermitUncheckedError();
+    });
+    other.join();
+  });
+  Result<DcReady> ready = dc->RestartTo(3);
+  REQUIRE(ready.ok());
+  CHECK(hook_runs == 1);
+  REQUIRE(seen.size() == 8);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    INFO("call " << i << ": " << seen[i].ToString());
+    CHECK(seen[i].IsUnavailable());
+  }
+  CHECK(health_during.state == DcState::kRestarting);
+  CHECK(health_during.esl == 3);
+  CHECK(health_during.rssp == 2);
+  // Serving again, with what was durable.
+  CHECK(GetKey(dc, "a").found);
+  Result<DcHealth> health = dc->Health();
+  REQUIRE(health.ok());
+  CHECK(health->state == DcState::kServing);
+}
+
+TEST_CASE("DC: Close flushes what the ESL allows, then refuses calls", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "low", 4, 5).ok());
+  REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "high", 9).ok());  // above the ESL
+  REQUIRE(dc->Close().ok());
+  REQUIRE(dc->Close().ok());  // idempotent
+  CHECK(HasCode(dc->Get("low").status(), Code::kShuttingDown));
+  CHECK(HasCode(ApplyOne(dc, RecordOpKind::kUpsert, "x", 10), Code::kShuttingDown));
+  CHECK(HasCode(dc->ProposeRssp(1), Code::kShuttingDown));
+  CHECK(HasCode(dc->RestartTo(5).status(), Code::kShuttingDown));
+  Result<DcHealth> health = dc->Health();
+  REQUIRE(health.ok());
+  CHECK(health->state == DcState::kShuttingDown);
+  // Reopened: what the ESL allowed is there, nothing above it.
+  h.Reopen();
+  CHECK(GetKey(h.dc(), "low").found);
+  CHECK(!GetKey(h.dc(), "high").found);
+  CHECK(h.local()->ready().max_durable_lsn == 5);
+}
+
+}  // namespace deuteron::dc

@@ -474,6 +474,9 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
     CHECK(health.state == DcState::kServing);
     CHECK(health.esl == 300);
     CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
+    // The restart wrote nothing above the stable end either.
+    h->Crash();
+    CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
     // The DC serves on: new operations above the stable end apply.
     std::vector<Op> more = MakeOps(&rnd, 301, 200, kKeys);
     ApplyAll(h->dc(), more, 400, 30, &rnd);

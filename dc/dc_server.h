@@ -1,0 +1,81 @@
+// DcServer: serves a DataComponent over TCP with the DataComponentService
+// protocol (protocol/deuteron.thrift), framed binary Thrift as written down
+// in protocol/protocol.md; protocol::RemoteDataComponent is its client.
+//
+// Shape: Boost.Asio owns the sockets. io_threads run the accept loop and
+// every connection's reads, writes and idle timer (each connection on its
+// own strand); worker_threads decode requests, call the DataComponent and
+// encode replies, so a DataComponent call that blocks (an RSSP waiting for a
+// flush) holds one worker, never an io thread or another connection.
+//
+// Per connection: frames are read as they arrive (several may come in one
+// read: pipelining) and queued; requests run one at a time in arrival order
+// and replies go out in that order. Reading pauses while too much is queued
+// or unsent (backpressure). A frame over max_frame_size, a zero-length
+// frame, or a connection idle past idle_timeout closes that connection only.
+// A well-framed request whose payload does not decode (bad bytes, a string
+// or container over its limit, an unknown method) gets an error reply and
+// the connection stays usable. Bad input never ends the process.
+//
+// Thread safety: Start, Stop and the accessors may be called from any
+// thread; Stop is idempotent and is called by the destructor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "protocol/data_component.h"
+
+namespace deuteron::dc {
+
+struct DcServerOptions {
+  std::string host = "127.0.0.1";  // an address (or a name that resolves)
+  uint16_t port = 0;               // 0: an ephemeral port; see DcServer::port()
+  int io_threads = 2;              // REQUIRES: >= 1
+  int worker_threads = 4;          // REQUIRES: >= 1
+  uint32_t max_frame_size = 64u << 20;  // payload bytes; REQUIRES: >= 64
+  int32_t string_limit = 16 << 20;      // most bytes in one Thrift string
+  int32_t container_limit = 1 << 20;    // most elements in one Thrift list
+  size_t max_connections = 256;         // further connections are closed at once
+  // A connection with no bytes read and no reply written for this long is
+  // closed, unless a DataComponent call for it is in progress. Zero: never.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+};
+
+class DcServer {
+ public:
+  // REQUIRES: dc outlives the server (until Stop returns).
+  DcServer(DataComponent* dc, DcServerOptions options);
+  ~DcServer();
+  DcServer(const DcServer&) = delete;
+  DcServer& operator=(const DcServer&) = delete;
+
+  // Binds, listens and starts the threads. Busy when the address is in use,
+  // InvalidArgument on bad options or an unresolvable host, IOError on other
+  // socket failures. REQUIRES: called at most once.
+  Status Start();
+
+  // Stops accepting, closes every connection, waits for DataComponent calls
+  // in progress to return, and joins every thread. REQUIRES: not called
+  // from inside a DataComponent call made by this server.
+  void Stop();
+
+  // The bound port (the ephemeral one when options.port was 0); 0 before Start.
+  uint16_t port() const;
+
+  // Connections open now.
+  size_t connections() const;
+  // Connections accepted and closed at once for being over max_connections.
+  uint64_t refused_connections() const;
+
+  // Opaque; public only so that helpers in dc_server.cpp can name it.
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deuteron::dc

@@ -1,0 +1,76 @@
+// Conversions between the DataComponent types (protocol/data_component.h)
+// and the Thrift-generated ones (deuteron_types.h), in both directions, plus
+// the validation of what arrives from the wire.
+//
+// Naming: ToWire* builds a Thrift value from ours (the sending side);
+// FromWire* decodes a Thrift value into ours and checks it (the receiving
+// side). Decoders of requests (server side) reject what the C++ types cannot
+// hold with InvalidArgument: an unknown RecordOpKind, a negative LSN, ESL,
+// RSSP or limit. Decoders of replies (client side) reject an unknown DcState
+// with Internal (a peer we do not understand). Encoders of requests reject an
+// LSN or ESL above INT64_MAX (the wire's i64) with InvalidArgument.
+//
+// Borrowing: FromWireApply and FromWireKeys return Slices into the Thrift
+// request; the request must outlive them.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/slice.h"
+#include "common/status.h"
+#include "deuteron_types.h"
+#include "protocol/data_component.h"
+
+namespace deuteron::protocol {
+
+// ---- Requests ----
+
+// REQUIRES: out != nullptr. InvalidArgument when an LSN or `esl` does not fit
+// in an i64. Kinds are sent as they are: the receiver validates them.
+Status ToWireApply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl, ApplyRequest* out);
+// InvalidArgument on an unknown kind or a negative LSN or ESL.
+// REQUIRES: ops != nullptr, esl != nullptr; `request` outlives *ops.
+Status FromWireApply(const ApplyRequest& request, std::vector<::deuteron::RecordOp>* ops,
+                     uint64_t* esl);
+
+// Slices borrowed from `keys`.
+std::vector<Slice> FromWireKeys(const std::vector<std::string>& keys);
+
+// A limit above INT32_MAX is sent as INT32_MAX (the DC caps it lower anyway).
+ScanRequest ToWireScan(const ::deuteron::ScanRequest& request);
+// InvalidArgument on a negative limit.
+Result<::deuteron::ScanRequest> FromWireScan(const ScanRequest& request);
+
+// An LSN-valued scalar argument (setEsl, proposeRssp, restartTo).
+// InvalidArgument when above INT64_MAX.
+Result<int64_t> ToWireLsn(uint64_t lsn, const char* what);
+// InvalidArgument when negative.
+Result<uint64_t> FromWireLsn(int64_t lsn, const char* what);
+
+// ---- Replies ----
+
+ApplyResult ToWire(const ::deuteron::ApplyResult& r);
+::deuteron::ApplyResult FromWire(const ApplyResult& r);
+
+ReadResult ToWire(const ::deuteron::ReadResult& r);
+::deuteron::ReadResult FromWire(ReadResult&& r);
+
+ScanResult ToWire(const ::deuteron::ScanResult& r);
+::deuteron::ScanResult FromWire(ScanResult&& r);
+
+DcReady ToWire(const ::deuteron::DcReady& r);
+::deuteron::DcReady FromWire(const DcReady& r);
+
+DcHealth ToWire(const ::deuteron::DcHealth& r);
+// Internal on a DcState this build does not know.
+Result<::deuteron::DcHealth> FromWire(const DcHealth& r);
+
+DcStats ToWire(const ::deuteron::DcStats& r);
+::deuteron::DcStats FromWire(const DcStats& r);
+
+}  // namespace deuteron::protocol

@@ -376,7 +376,7 @@ TEST_CASE("DC contract: an acknowledged RSSP survives a crash", "[dc][contract]"
       ShuffleAcrossKeys(&ops, &rnd);
       ApplyAll(h->dc(), ops, esl, 40, &rnd);
       for (const Op& op : ops) history.push_back(op);
-      const uint64_t rssp = esl + 1 - rnd.Uniform(200);
+      const uint64_t rssp = esl + 1 - rnd.Uniform(std::min<uint64_t>(esl, 200));
       RequireOk(h->dc()->ProposeRssp(rssp));
       h->Crash();
       CHECK(HealthOf(h->dc()).rssp == rssp);

@@ -1,10 +1,9 @@
 // DcHarness: one DataComponent binding under test, with the crash and
 // reopen moves the contract tests (dc_contract_test.cpp) need. The contract
 // tests see only DataComponent& and this harness, so they run unchanged over
-// every binding: HarnessKinds() names them, MakeHarness() builds one. To add
-// a binding (the remote one: a DC server over a Dc, a client to it), derive
-// from DcHarness (embed an InProcessHarness as the server's DC: Crash()
-// crashes it and restarts the server) and add a name to both functions.
+// every binding: HarnessKinds() names them ("in-process", "remote"),
+// MakeHarness() builds one. To add a binding, derive from DcHarness and add a
+// name to both functions.
 //
 // Thread safety: dc() may be used from any thread (DataComponent is
 // thread-safe); the harness's own methods run on the test's thread only (they
@@ -21,7 +20,9 @@
 #include "common/env.h"
 #include "common/fault_env.h"
 #include "dc/dc.h"
+#include "dc/dc_server.h"
 #include "protocol/data_component.h"
+#include "protocol/remote_dc.h"
 
 namespace deuteron::test {
 
@@ -135,12 +136,61 @@ class InProcessHarness : public DcHarness {
   std::unique_ptr<dc::Dc> dc_;
 };
 
+// The remote binding: a DcServer on a loopback port over an in-process Dc,
+// and a RemoteDataComponent client to it. A crash or reopen restarts the
+// server (on a new port) over the reopened Dc, and connects a new client.
+class RemoteHarness : public DcHarness {
+ public:
+  explicit RemoteHarness(HarnessConfig config) : DcHarness(config), local_(config) { Serve(); }
+  ~RemoteHarness() override { Unserve(); }
+
+  DataComponent* dc() override { return client_.get(); }
+  void Crash() override {
+    Unserve();
+    local_.Crash();
+    Serve();
+  }
+  void Reopen() override {
+    Unserve();
+    local_.Reopen();
+    Serve();
+  }
+
+ private:
+  void Serve() {
+    dc::DcServerOptions so;
+    so.io_threads = 1;
+    so.worker_threads = 4;
+    server_ = std::make_unique<dc::DcServer>(local_.dc(), so);
+    Status s = server_->Start();
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+    protocol::RemoteOptions co;
+    co.port = server_->port();
+    Result<std::unique_ptr<protocol::RemoteDataComponent>> c =
+        protocol::RemoteDataComponent::Connect(co);
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    client_ = std::move(c).value();
+  }
+  void Unserve() {
+    client_.reset();
+    if (server_ != nullptr) server_->Stop();
+    server_.reset();
+  }
+
+  InProcessHarness local_;
+  std::unique_ptr<dc::DcServer> server_;
+  std::unique_ptr<protocol::RemoteDataComponent> client_;
+};
+
 inline bool HasCode(const Status& s, Code code) { return s.code() == code; }
 
-inline std::vector<std::string> HarnessKinds() { return {"in-process"}; }
+inline std::vector<std::string> HarnessKinds() { return {"in-process", "remote"}; }
 
 inline std::unique_ptr<DcHarness> MakeHarness(const std::string& kind, HarnessConfig config) {
   if (kind == "in-process") return std::make_unique<InProcessHarness>(config);
+  if (kind == "remote") return std::make_unique<RemoteHarness>(config);
   FAIL("unknown DC binding " << kind);
   return nullptr;
 }

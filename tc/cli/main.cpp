@@ -5,6 +5,8 @@
 #include <cstring>
 #include <string_view>
 
+#include "tc/cli/dc_command.h"
+
 namespace {
 
 constexpr const char* kUsage =
@@ -18,7 +20,8 @@ constexpr const char* kUsage =
     "  --help      show this help and exit\n"
     "  --version   print the version and exit\n"
     "\n"
-    "This build has no commands yet.\n";
+    "commands:\n"
+    "  dc          run a data component server (deuteron dc --help)\n";
 
 }  // namespace
 
@@ -36,6 +39,7 @@ int main(int argc, char** argv) {
     std::printf("deuteron %s\n", DEUTERON_VERSION);
     return 0;
   }
+  if (arg == "dc") return deuteron::cli::RunDcCommand(argc - 1, argv + 1);
   std::fprintf(stderr, "deuteron: unknown command or option '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

@@ -136,9 +136,10 @@ class InProcessHarness : public DcHarness {
   std::unique_ptr<dc::Dc> dc_;
 };
 
-// The remote binding: a DcServer on a loopback port over an in-process Dc,
-// and a RemoteDataComponent client to it. A crash or reopen restarts the
-// server (on a new port) over the reopened Dc, and connects a new client.
+// The remote binding: a DcServer on an ephemeral loopback port over an
+// in-process Dc, and a RemoteDataComponent connected to it. Crash and
+// Reopen stop the server, crash or reopen the Dc, and serve it again on a
+// new port with a new client (as a TC reconnects to a restarted DC).
 class RemoteHarness : public DcHarness {
  public:
   explicit RemoteHarness(HarnessConfig config) : DcHarness(config), local_(config) { Serve(); }
@@ -159,16 +160,18 @@ class RemoteHarness : public DcHarness {
  private:
   void Serve() {
     dc::DcServerOptions so;
+    so.port = 0;
     so.io_threads = 1;
-    so.worker_threads = 4;
-    server_ = std::make_unique<dc::DcServer>(local_.dc(), so);
-    Status s = server_->Start();
-    INFO(s.ToString());
-    REQUIRE(s.ok());
-    protocol::RemoteOptions co;
-    co.port = server_->port();
+    so.worker_threads = 4;  // the concurrency tests run several clients
+    server_ = std::make_unique<dc::DcServer>(local_.local(), so);
+    Status started = server_->Start();
+    INFO(started.ToString());
+    REQUIRE(started.ok());
+    protocol::RemoteOptions ro;
+    ro.port = server_->port();
+    ro.max_connections = 8;
     Result<std::unique_ptr<protocol::RemoteDataComponent>> c =
-        protocol::RemoteDataComponent::Connect(co);
+        protocol::RemoteDataComponent::Connect(ro);
     INFO(c.status().ToString());
     REQUIRE(c.ok());
     client_ = std::move(c).value();

@@ -449,7 +449,11 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
 
 TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc][contract]") {
   const std::string kind = GENERATE(from_range(HarnessKinds()));
-  const uint64_t seed = TestSeed();
+  // A fixed seed too: with it a descent once met a merged-away leaf through a
+  // parent route past the leaf's high key, and the merge of its right
+  // neighbour looped until Busy.
+  const uint64_t fixed = GENERATE(as<uint64_t>{}, 0, 7926780106092639552ull);
+  const uint64_t seed = fixed != 0 ? fixed : TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
   HarnessConfig config;

@@ -1,5 +1,6 @@
 #include "dc/dc_server.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -62,10 +63,11 @@ void AppendFrame(std::string* out, const std::string& payload) {
   out->append(payload);
 }
 
+// The methods of DataComponentService (keep in step with deuteron.thrift).
 bool IsKnownMethod(const std::string& name) {
-  static const char* const kMethods[] = {"apply",       "get",       "multiGet",
-                                         "scan",        "setEsl",    "proposeRssp",
-                                         "restartTo",   "stats",     "health"};
+  static const char* const kMethods[] = {"apply",  "get",         "multiGet",
+                                         "scan",   "setEsl",      "proposeRssp",
+                                         "restartTo", "stats",    "health"};
   for (const char* m : kMethods) {
     if (name == m) return true;
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,18 @@ constexpr uint64_t kMaxI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>:
 // Counters are unsigned here and i64 on the wire; they never reach 2^63.
 int64_t Counter(uint64_t v) { return static_cast<int64_t>(v); }
 uint64_t Counter(int64_t v) { return static_cast<uint64_t>(v); }
+
+// Thrift's generated read stores an enum field's i32 into the C++ enum type
+// whatever its value. A value outside the enumeration's range (a newer peer,
+// garbage) must not be loaded as that type (undefined; UBSan's "invalid
+// value for type"), so enum fields are read through their bytes.
+template <typename E>
+int32_t RawEnum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "Thrift enums are i32");
+  int32_t v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
 
 Status NegativeError(const char* what, int64_t v) {
   return Status::InvalidArgument(fmt::format("{} is negative: {}", what, v));
@@ -27,6 +40,12 @@ Status ToWireApply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl, Appl
   for (const ::deuteron::RecordOp& op : ops) {
     if (op.lsn > kMaxI64) {
       return Status::InvalidArgument(fmt::format("LSN {} does not fit in an i64", op.lsn));
+    }
+    if (op.kind != ::deuteron::RecordOpKind::kUpsert && op.kind != ::deuteron::RecordOpKind::kDelete) {
+      // The server would say the same; an unknown value cannot even be
+      // held by the generated enum type.
+      return Status::InvalidArgument(
+          fmt::format("unknown record op kind {}", static_cast<int>(op.kind)));
     }
     RecordOp w;
     w.kind = static_cast<RecordOpKind::type>(static_cast<int>(op.kind));
@@ -47,7 +66,8 @@ Status FromWireApply(const ApplyRequest& request, std::vector<::deuteron::Record
   for (size_t i = 0; i < request.ops.size(); ++i) {
     const RecordOp& w = request.ops[i];
     ::deuteron::RecordOp op;
-    switch (static_cast<int>(w.kind)) {
+    const int32_t kind = RawEnum(w.kind);
+    switch (kind) {
       case RecordOpKind::UPSERT:
         op.kind = ::deuteron::RecordOpKind::kUpsert;
         break;
@@ -56,7 +76,7 @@ Status FromWireApply(const ApplyRequest& request, std::vector<::deuteron::Record
         break;
       default:
         return Status::InvalidArgument(
-            fmt::format("operation {}: unknown record op kind {}", i, static_cast<int>(w.kind)));
+            fmt::format("operation {}: unknown record op kind {}", i, kind));
     }
     if (w.lsn < 0) return NegativeError("LSN", w.lsn);
     op.key = Slice(w.key);
@@ -186,7 +206,8 @@ DcHealth ToWire(const ::deuteron::DcHealth& r) {
 
 Result<::deuteron::DcHealth> FromWire(const DcHealth& w) {
   ::deuteron::DcHealth r;
-  switch (static_cast<int>(w.state)) {
+  const int32_t state = RawEnum(w.state);
+  switch (state) {
     case DcState::SERVING:
       r.state = ::deuteron::DcState::kServing;
       break;
@@ -197,7 +218,7 @@ Result<::deuteron::DcHealth> FromWire(const DcHealth& w) {
       r.state = ::deuteron::DcState::kShuttingDown;
       break;
     default:
-      return Status::Internal(fmt::format("peer sent unknown DC state {}", static_cast<int>(w.state)));
+      return Status::Internal(fmt::format("peer sent unknown DC state {}", state));
   }
   r.esl = Counter(w.esl);
   r.rssp = Counter(w.rssp);

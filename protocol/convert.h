@@ -4,11 +4,17 @@
 //
 // Naming: ToWire* builds a Thrift value from ours (the sending side);
 // FromWire* decodes a Thrift value into ours and checks it (the receiving
-// side). Decoders of requests (server side) reject what the C++ types cannot
-// hold with InvalidArgument: an unknown RecordOpKind, a negative LSN, ESL,
-// RSSP or limit. Decoders of replies (client side) reject an unknown DcState
-// with Internal (a peer we do not understand). Encoders of requests reject an
-// LSN or ESL above INT64_MAX (the wire's i64) with InvalidArgument.
+// side).
+//  - Encoders of requests reject, with InvalidArgument, an unknown
+//    RecordOpKind (as the receiver would) and an LSN or ESL above INT64_MAX
+//    (the wire's i64).
+//  - Decoders of requests (server side) reject, with InvalidArgument, what
+//    the C++ types cannot hold: an unknown RecordOpKind, a negative LSN,
+//    ESL, RSSP or limit.
+//  - Decoders of replies (client side) reject an unknown DcState with
+//    Internal (a peer we do not understand).
+// Enum fields are read through their bytes: the generated code may hold a
+// value outside the enumeration (see RawEnum in convert.cpp).
 //
 // Borrowing: FromWireApply and FromWireKeys return Slices into the Thrift
 // request; the request must outlive them.
@@ -30,8 +36,8 @@ namespace deuteron::protocol {
 
 // ---- Requests ----
 
-// REQUIRES: out != nullptr. InvalidArgument when an LSN or `esl` does not fit
-// in an i64. Kinds are sent as they are: the receiver validates them.
+// REQUIRES: out != nullptr. InvalidArgument on an unknown kind, or when an
+// LSN or `esl` does not fit in an i64.
 Status ToWireApply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl, ApplyRequest* out);
 // InvalidArgument on an unknown kind or a negative LSN or ESL.
 // REQUIRES: ops != nullptr, esl != nullptr; `request` outlives *ops.

@@ -1006,8 +1006,14 @@ Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low,
     PageId next = 0;
     switch (r.outcome) {
       case LookupOutcome::kRemoved:
-        // The neighbour is being merged itself: finish that first.
+        // The neighbour is being merged itself: finish that first. A parent
+        // range may still route here from past the removed page's high key
+        // (a B-link entry point the index-term deletes do not reach): hand
+        // it on, or the next descent lands here again.
         RETURN_IF_ERROR(CompleteMerge(pid));
+        if (pid == path.pid && path.routed) {
+          RETURN_IF_ERROR(RepairRoute(path.parent_level, path.route_low, pid));
+        }
         return LeftOutcome::kRetry;
       case LookupOutcome::kFound:
       case LookupOutcome::kNotFound:

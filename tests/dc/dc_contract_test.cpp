@@ -376,7 +376,7 @@ TEST_CASE("DC contract: an acknowledged RSSP survives a crash", "[dc][contract]"
       ShuffleAcrossKeys(&ops, &rnd);
       ApplyAll(h->dc(), ops, esl, 40, &rnd);
       for (const Op& op : ops) history.push_back(op);
-      const uint64_t rssp = esl + 1 - rnd.Uniform(200);
+      const uint64_t rssp = esl + 1 - rnd.Uniform(std::min<uint64_t>(esl, 200));
       RequireOk(h->dc()->ProposeRssp(rssp));
       h->Crash();
       CHECK(HealthOf(h->dc()).rssp == rssp);
@@ -449,7 +449,11 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
 
 TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc][contract]") {
   const std::string kind = GENERATE(from_range(HarnessKinds()));
-  const uint64_t seed = TestSeed();
+  // A fixed seed too: with it a descent once met a merged-away leaf through a
+  // parent route past the leaf's high key, and the merge of its right
+  // neighbour looped until Busy.
+  const uint64_t fixed = GENERATE(as<uint64_t>{}, 0, 7926780106092639552ull);
+  const uint64_t seed = fixed != 0 ? fixed : TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
   HarnessConfig config;
@@ -473,6 +477,9 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
     const DcHealth health = HealthOf(h->dc());
     CHECK(health.state == DcState::kServing);
     CHECK(health.esl == 300);
+    CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
+    // The restart wrote nothing above the stable end either.
+    h->Crash();
     CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
     // The DC serves on: new operations above the stable end apply.
     std::vector<Op> more = MakeOps(&rnd, 301, 200, kKeys);
@@ -568,9 +575,10 @@ TEST_CASE("DC contract: bad input gets typed errors", "[dc][contract]") {
   const std::string big_value(config.max_value_size + 1, 'v');
 
   CHECK(apply({RecordOp{RecordOpKind::kUpsert, "a", "1", 0}}).status().IsInvalidArgument());
-  CHECK(apply({RecordOp{static_cast<RecordOpKind>(7), "a", "1", 1}})
-            .status()
-            .IsInvalidArgument());
+  // Both bindings: the remote client rejects a kind it cannot send with the
+  // same typed error the DC gives (the server's check is tested with raw
+  // bytes in dc_server_test.cpp).
+  CHECK(apply({RecordOp{static_cast<RecordOpKind>(7), "a", "1", 1}}).status().IsInvalidArgument());
   CHECK(apply({RecordOp{RecordOpKind::kDelete, "a", "1", 1}}).status().IsInvalidArgument());
   CHECK(HasCode(apply({RecordOp{RecordOpKind::kUpsert, big_key, "1", 1}}).status(), Code::kTooLarge));
   CHECK(HasCode(apply({RecordOp{RecordOpKind::kUpsert, "a", big_value, 1}}).status(), Code::kTooLarge));

@@ -1,10 +1,9 @@
 // DcHarness: one DataComponent binding under test, with the crash and
 // reopen moves the contract tests (dc_contract_test.cpp) need. The contract
 // tests see only DataComponent& and this harness, so they run unchanged over
-// every binding: HarnessKinds() names them, MakeHarness() builds one. To add
-// a binding (the remote one: a DC server over a Dc, a client to it), derive
-// from DcHarness (embed an InProcessHarness as the server's DC: Crash()
-// crashes it and restarts the server) and add a name to both functions.
+// every binding: HarnessKinds() names them ("in-process", "remote"),
+// MakeHarness() builds one. To add a binding, derive from DcHarness and add a
+// name to both functions.
 //
 // Thread safety: dc() may be used from any thread (DataComponent is
 // thread-safe); the harness's own methods run on the test's thread only (they

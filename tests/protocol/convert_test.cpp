@@ -59,6 +59,12 @@ TEST_CASE("Decoded apply requests are validated", "[protocol][convert]") {
   }
 }
 
+TEST_CASE("Unknown op kinds are rejected before sending", "[protocol][convert]") {
+  const ::deuteron::RecordOp op{static_cast<::deuteron::RecordOpKind>(3), Slice("k"), Slice("v"), 1};
+  ApplyRequest w;
+  CHECK(ToWireApply({&op, 1}, 0, &w).IsInvalidArgument());
+}
+
 TEST_CASE("LSNs the wire cannot carry are rejected before sending", "[protocol][convert]") {
   const ::deuteron::RecordOp op{::deuteron::RecordOpKind::kUpsert, Slice("k"), Slice("v"), kMaxI64 + 1};
   ApplyRequest w;

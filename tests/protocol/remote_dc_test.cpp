@@ -38,15 +38,27 @@ RawServer::Script Answer(std::function<std::string(const std::string&)> reply) {
   };
 }
 
-// A well-formed health reply for any request.
-std::string HealthReply(DcState::type state) {
+// A well-formed health reply for any request, with DC state `state` (a raw
+// i32: values the generated enum cannot hold are patched into the bytes).
+std::string HealthReply(int32_t state) {
   DataComponentService_health_result r;
   DcHealth h;
-  h.__set_state(state);
+  h.__set_state(DcState::SERVING);
   h.__set_esl(5);
   r.success = h;
   r.__isset.success = true;
-  return Frame(EncodeMessage("health", thrift::protocol::T_REPLY, 0, r));
+  std::string msg = EncodeMessage("health", thrift::protocol::T_REPLY, 0, r);
+  // success (field 0, a struct), then its field 1: i32 state.
+  const std::string field = std::string("\x0c\x00\x00\x08\x00\x01", 6);
+  const char v[4] = {static_cast<char>(state >> 24), static_cast<char>(state >> 16),
+                     static_cast<char>(state >> 8), static_cast<char>(state)};
+  // Runs on the peer's thread, so no REQUIRE here: a miss sends bytes the
+  // client cannot decode, and the test fails on that.
+  if (!deuteron::testing::ReplaceOnce(&msg, field + std::string("\x00\x00\x00\x01", 4),
+                                      field + std::string(v, 4))) {
+    return Frame("encoding changed: fix HealthReply");
+  }
+  return Frame(msg);
 }
 
 TEST_CASE("Connect checks its options", "[protocol][remote]") {
@@ -148,7 +160,7 @@ TEST_CASE("A DeuteronError reply keeps its code and message", "[protocol][remote
 }
 
 TEST_CASE("An unknown DC state in a reply is Internal", "[protocol][remote]") {
-  RawServer server(Answer([](const std::string&) { return HealthReply(static_cast<DcState::type>(42)); }));
+  RawServer server(Answer([](const std::string&) { return HealthReply(42); }));
   auto dc = RemoteDataComponent::Connect(Options(server.port()));
   REQUIRE(dc.ok());
   CHECK((*dc)->Health().status().code() == Code::kInternal);

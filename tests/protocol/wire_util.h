@@ -210,6 +210,15 @@ inline std::string Frame(std::string_view payload) {
   return out;
 }
 
+// Replaces the first occurrence of `from` in *s (to tamper with encoded
+// bytes); false when there is none.
+inline bool ReplaceOnce(std::string* s, std::string_view from, std::string_view to) {
+  const size_t at = s->find(from);
+  if (at == std::string::npos) return false;
+  s->replace(at, from.size(), to);
+  return true;
+}
+
 // A message: header (name, type, seqid) then `body` written as a struct
 // (a generated *_args or *_result, or any TBase).
 template <typename Body>

@@ -297,6 +297,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     MaybeDispatch();
     if (CanRead()) DoRead();
+    MaybeFinish();
   }
 
   // Moves every complete frame from inbuf_ to queue_.
@@ -307,7 +308,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (len == 0 || len > max_frame_) {
         DLOG_WARN("DC server: connection {} sent a frame of {} bytes (limit {}): closing it", id_,
                   len, max_frame_);
-        Close("bad frame length");
+        // The stream is out of step: answer what came before, then one
+        // typed error (no call to name: method "", seqid 0), then close.
+        final_reply_ = BadFrameReply(len);
+        inbuf_.clear();
+        peer_eof_ = true;
         return;
       }
       if (inbuf_.size() - pos - kFrameHeader < len) break;
@@ -375,7 +380,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // After the peer's EOF: close once every request read has been answered.
   void MaybeFinish() {
-    if (peer_eof_ && !busy_ && queue_.empty() && !writing_ && outbuf_.empty()) Close("peer closed");
+    if (!peer_eof_ || busy_ || !queue_.empty()) return;
+    if (final_reply_) {
+      AppendFrame(&outbuf_, *final_reply_);
+      final_reply_.reset();
+      if (!writing_) DoWrite();
+      return;  // OnWrite comes back here once it is written
+    }
+    if (!writing_ && outbuf_.empty()) Close("peer closed");
+  }
+
+  std::string BadFrameReply(uint32_t len) const {
+    if (len == 0) {
+      return ApplicationErrorReply("", 0, TApplicationException::PROTOCOL_ERROR,
+                                   "a zero-length frame");
+    }
+    return TypedErrorReply("", 0, Status::TooLarge(fmt::format(
+                                      "a frame of {} bytes over the limit of {}", len, max_frame_)));
   }
 
   void ArmTimer() {
@@ -417,6 +438,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool busy_ = false;               // a request is on a worker
   bool writing_ = false;
   bool peer_eof_ = false;
+  // After a bad frame header: the last reply, sent once the requests before
+  // it are answered; then the connection closes.
+  std::optional<std::string> final_reply_;
   bool closed_ = false;
   Clock::time_point last_activity_;
 };

@@ -302,19 +302,42 @@ TEST_CASE("Bad bytes cost only their own connection", "[dc][server]") {
   o.container_limit = 16;
   Served s(o);
 
+  // A bad frame header gets one last reply, then the connection closes.
+  auto typed_too_large = [](RawSocket* raw) {
+    auto payload = raw->ReadFrame();
+    REQUIRE(payload);
+    const auto r = DecodeReply<proto::DataComponentService_apply_result>(*payload);
+    CHECK(r.type == thrift::protocol::T_REPLY);
+    REQUIRE(r.result.__isset.error);
+    CHECK(r.result.error.code == proto::ErrorCode::TOO_LARGE);
+  };
   SECTION("garbage") {
     RawSocket raw = s.Raw();
-    REQUIRE(raw.WriteAll("GET / HTTP/1.1\r\nHost: deuteron\r\n\r\n"));
+    REQUIRE(raw.WriteAll("GET / HTTP/1.1\r\nHost: deuteron\r\n\r\n"));  // "GET " is 1.2 GB
+    typed_too_large(&raw);
     CHECK(raw.WaitClosed());
   }
   SECTION("a frame length over the limit") {
     RawSocket raw = s.Raw();
     REQUIRE(raw.WriteAll(std::string("\x00\x10\x00\x01", 4)));  // 1 MiB + 1
+    typed_too_large(&raw);
     CHECK(raw.WaitClosed());
   }
-  SECTION("a zero-length frame") {
+  SECTION("a good call, then a zero-length frame: the call is answered first") {
     RawSocket raw = s.Raw();
-    REQUIRE(raw.WriteAll(std::string(4, '\0')));
+    proto::DataComponentService_get_args args;
+    args.key = "k";
+    REQUIRE(raw.WriteAll(Frame(EncodeCall("get", 5, args)) + std::string(4, '\0')));
+    auto first = raw.ReadFrame();
+    REQUIRE(first);
+    const auto got = DecodeReply<proto::DataComponentService_get_result>(*first);
+    CHECK(got.type == thrift::protocol::T_REPLY);
+    CHECK(got.seqid == 5);
+    auto last = raw.ReadFrame();
+    REQUIRE(last);
+    const GetReply bad = DecodeReply<proto::DataComponentService_get_result>(*last);
+    CHECK(bad.type == thrift::protocol::T_EXCEPTION);
+    CHECK(bad.app.getType() == thrift::TApplicationException::PROTOCOL_ERROR);
     CHECK(raw.WaitClosed());
   }
   SECTION("a truncated frame, then close") {

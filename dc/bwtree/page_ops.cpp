@@ -469,6 +469,55 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
   return Status::OK();
 }
 
+namespace {
+
+// The per-key rule of every leaf consolidation: over the deltas sorted by
+// key, newest first within a key, the deltas above `lsn_bound` are kept (as
+// indexes into image.deltas), the first one at or below it is handed to
+// fold() and counted, and everything older is dropped as invisible.
+template <typename Fold>
+Status FoldSortedDeltas(const std::vector<const LeafImage::Delta*>& sorted,
+                        const std::vector<size_t>& order, uint64_t lsn_bound,
+                        std::vector<size_t>* kept, ConsolidatedPage* out, Fold fold) {
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
+    bool done = false;
+    for (size_t k = i; k < j; ++k) {
+      const DeltaView& d = sorted[k]->d;
+      if (done) {
+        ++out->dropped;
+      } else if (d.lsn > lsn_bound) {
+        kept->push_back(order[k]);
+      } else {
+        RETURN_IF_ERROR(fold(d));
+        out->base_tag = std::max(out->base_tag, d.lsn);
+        ++out->folded;
+        done = true;
+      }
+    }
+    i = j;
+  }
+  return Status::OK();
+}
+
+// The kept deltas, newest first, re-encoded with hints against the new base.
+Status AddKeptDeltas(const LeafImage& image, std::vector<size_t> kept, Slice new_bytes,
+                     ConsolidatedPage* out) {
+  std::sort(kept.begin(), kept.end());
+  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(new_bytes));
+  out->deltas.reserve(kept.size());
+  for (size_t k : kept) {
+    DeltaView d = image.deltas[k].d;
+    ASSIGN_OR_RETURN(BasePosition pos, new_base.Find(d.key));
+    d.hint = ToHint(pos.index);
+    out->deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), image.deltas[k].tag});
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
                                      uint64_t purge_bound) {
   ConsolidatedPage out;
@@ -481,24 +530,10 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
   std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
   std::vector<LeafRecord> folded;         // sorted by key, one per key
   std::vector<size_t> kept;               // indexes into image.deltas
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
-    bool done = false;
-    for (size_t k = i; k < j; ++k) {
-      if (done) {
-        ++out.dropped;
-      } else if (sorted[k]->d.lsn > lsn_bound) {
-        kept.push_back(order[k]);
-      } else {
-        folded.push_back(RecordOf(sorted[k]->d));
-        out.base_tag = std::max(out.base_tag, sorted[k]->d.lsn);
-        ++out.folded;
-        done = true;
-      }
-    }
-    i = j;
-  }
+  RETURN_IF_ERROR(FoldSortedDeltas(sorted, order, lsn_bound, &kept, &out, [&](const DeltaView& d) {
+    folded.push_back(RecordOf(d));
+    return Status::OK();
+  }));
 
   // One linear merge of the base records with the folded deltas.
   std::vector<LeafRecord> records;
@@ -515,16 +550,7 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
   header.level = 0;
   out.base = EncodeLeafBase(header, records);
 
-  // Kept deltas, newest first, with hints against the new base.
-  std::sort(kept.begin(), kept.end());
-  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(out.base));
-  out.deltas.reserve(kept.size());
-  for (size_t k : kept) {
-    DeltaView d = image.deltas[k].d;
-    ASSIGN_OR_RETURN(BasePosition pos, new_base.Find(d.key));
-    d.hint = ToHint(pos.index);
-    out.deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), image.deltas[k].tag});
-  }
+  RETURN_IF_ERROR(AddKeptDeltas(image, std::move(kept), out.base, &out));
   return out;
 }
 
@@ -601,47 +627,32 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
   }
   out.dropped = image.dropped + (base.count() - base_end);
 
-  // Per key, as in Consolidate(image): kept deltas down to the first
-  // foldable one, which is folded.
+  // Per key (FoldSortedDeltas): each folded record is placed among the base
+  // runs copied as bytes.
   std::vector<size_t> order;
   std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
   LeafBaseBuilder builder(image.header);
   std::vector<size_t> kept;
   size_t next_base = base_begin;  // base entries before it are placed
-  for (size_t i = 0; i < sorted.size();) {
-    size_t j = i;
-    while (j < sorted.size() && sorted[j]->d.key == sorted[i]->d.key) ++j;
-    bool done = false;
-    for (size_t k = i; k < j; ++k) {
-      if (done) {
-        ++out.dropped;
-      } else if (sorted[k]->d.lsn > lsn_bound) {
-        kept.push_back(order[k]);
-      } else {
-        const DeltaView& d = sorted[k]->d;
-        // The base entries below the key go first; an entry for the key is
-        // replaced. The search starts past the entries already placed; a
-        // delta's hint, when there is one, names the place (checked).
-        size_t lo = next_base, hi = base_end;
-        if (d.hint != kNoHint && d.hint >= next_base && d.hint <= base_end) lo = hi = d.hint;
-        ASSIGN_OR_RETURN(BasePosition pos, base.Find(d.key, lo, hi));
-        const size_t at = std::min(std::max(pos.index, next_base), base_end);
-        RETURN_IF_ERROR(builder.AddRun(base, next_base, at, purge_bound, &out.purged));
-        next_base = at;
-        if (pos.exact && at == pos.index && at < base_end) ++next_base;
-        const LeafRecord r = RecordOf(d);
-        if (r.tombstone && r.lsn < purge_bound) {
-          ++out.purged;
-        } else {
-          builder.AddRecord(r);
-        }
-        out.base_tag = std::max(out.base_tag, d.lsn);
-        ++out.folded;
-        done = true;
-      }
+  RETURN_IF_ERROR(FoldSortedDeltas(sorted, order, lsn_bound, &kept, &out, [&](const DeltaView& d) {
+    // The base entries below the key go first; an entry for the key is
+    // replaced. The search starts past the entries already placed; a
+    // delta's hint, when there is one, names the place (checked).
+    size_t lo = next_base, hi = base_end;
+    if (d.hint != kNoHint && d.hint >= next_base && d.hint <= base_end) lo = hi = d.hint;
+    ASSIGN_OR_RETURN(BasePosition pos, base.Find(d.key, lo, hi));
+    const size_t at = std::min(std::max(pos.index, next_base), base_end);
+    RETURN_IF_ERROR(builder.AddRun(base, next_base, at, purge_bound, &out.purged));
+    next_base = at;
+    if (pos.exact && at == pos.index && at < base_end) ++next_base;
+    const LeafRecord r = RecordOf(d);
+    if (r.tombstone && r.lsn < purge_bound) {
+      ++out.purged;
+    } else {
+      builder.AddRecord(r);
     }
-    i = j;
-  }
+    return Status::OK();
+  }));
   RETURN_IF_ERROR(builder.AddRun(base, next_base, base_end, purge_bound, &out.purged));
   Slice new_bytes;
   if (sink) {
@@ -653,16 +664,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
     new_bytes = out.base;
   }
 
-  // Kept deltas, newest first, with hints against the new base.
-  std::sort(kept.begin(), kept.end());
-  ASSIGN_OR_RETURN(BaseView new_base, BaseView::Parse(new_bytes));
-  out.deltas.reserve(kept.size());
-  for (size_t k : kept) {
-    DeltaView d = image.deltas[k].d;
-    ASSIGN_OR_RETURN(BasePosition pos, new_base.Find(d.key));
-    d.hint = ToHint(pos.index);
-    out.deltas.push_back(ConsolidatedPage::Delta{EncodeDelta(d), image.deltas[k].tag});
-  }
+  RETURN_IF_ERROR(AddKeptDeltas(image, std::move(kept), new_bytes, &out));
   return out;
 }
 

@@ -52,6 +52,14 @@ struct BwTreeOptions {
   // Consolidate a node when its chain holds more than this many deltas.
   size_t leaf_delta_threshold = 4;
   size_t inner_delta_threshold = 1;  // inner chains are walked by every descent
+  // A read (Get, GetLsn, ReadHeld) consolidates the leaf it read when the
+  // leaf's chain holds at least this many record deltas that consolidation
+  // may fold (LSN <= flush_bound()); 0: reads never consolidate. Each delta
+  // costs every later read of the leaf a dependent cache miss, so a leaf
+  // read more than written is cheaper consolidated; counting only foldable
+  // deltas keeps reads from repeating consolidations that the ESL makes
+  // useless. Writes consolidate each leaf at most once per this many.
+  size_t leaf_read_delta_threshold = 2;
   // Split a node when its consolidated state holds more records (entries)
   // than this, or its base is larger than the byte limit.
   size_t leaf_max_records = 128;
@@ -282,6 +290,9 @@ class BwTree {
   Status FreePage(PageId pid);
 
   void NoteChain(const llama::PageNode* head);
+  // After a read of the leaf `pid` at state `head`: restructures it
+  // (MaybeRestructure) when options_.leaf_read_delta_threshold says so.
+  Status MaybeConsolidateOnRead(PageId pid, const llama::PageNode* head);
 
   llama::Llama* const llama_;
   const BwTreeOptions options_;

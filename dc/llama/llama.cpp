@@ -257,7 +257,8 @@ PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
   assert(kind == NodeKind::kBase || kind == NodeKind::kDelta);
   void* mem = ::operator new(sizeof(PageNode) + payload_size);
   auto* n = new (mem) PageNode{kind, 0, 0, static_cast<uint32_t>(payload_size), 0, tag,
-                               nullptr, kNullAddress};
+                               nullptr, kNullAddress, nullptr};
+  if (kind == NodeKind::kBase) n->base_hint = n;
   memory_->Add(static_cast<int64_t>(sizeof(PageNode) + payload_size));
   MaybeEnforceBudget();
   return n;
@@ -470,6 +471,7 @@ Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
                                    std::to_string(address) + " has no single base"));
   }
   for (size_t i = 0; i + 1 < nodes.size(); ++i) nodes[i]->next = nodes[i + 1];
+  for (PageNode* n : nodes) n->base_hint = nodes.back();
   return nodes.front();
 }
 
@@ -493,6 +495,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
     f->end = loaded_state.end;
     f->base = loaded_state.base;
     f->next = chain;
+    f->base_hint = BaseHintBelow(chain);
     uint64_t expected = entry;
     if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
       DiscardChain(f);
@@ -574,6 +577,7 @@ bool Llama::UpdateD(PageId pid, const PageNode* expected, PageNode* delta) {
   uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
   delta->next = const_cast<PageNode*>(expected);
   delta->seq = expected != nullptr ? expected->seq + 1 : 1;
+  delta->base_hint = BaseHintBelow(expected);
   if (mapping_->Cas(pid, exp, MappingTable::FromPointer(delta))) return true;
   delta->next = nullptr;
   update_d_failures_.fetch_add(1, std::memory_order_relaxed);
@@ -594,7 +598,10 @@ bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
   }
   assert(base != nullptr && base->kind == NodeKind::kBase);
   uint64_t seq = (expected != nullptr ? expected->seq : 0) + length;
-  for (PageNode* n = state; n != nullptr; n = n->next) n->seq = seq--;
+  for (PageNode* n = state; n != nullptr; n = n->next) {
+    n->seq = seq--;
+    n->base_hint = base;
+  }
   ChainInfo info;
   AnalyzeChain(expected, &info);
   base->prior = info.lss_head;
@@ -652,6 +659,7 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   f->base = whole ? r.address : info.lss_base;
   f->annotation = annotation;
   f->next = const_cast<PageNode*>(head);
+  f->base_hint = BaseHintBelow(head);
   uint64_t expected = MappingTable::FromPointer(head);
   if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
     lss_->Void(r);
@@ -917,6 +925,7 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
   if (final_delta != nullptr) {
     final_delta->next = const_cast<PageNode*>(expected);
     final_delta->seq = expected != nullptr ? expected->seq + 1 : 1;
+    final_delta->base_hint = BaseHintBelow(expected);
   }
 
   // Plan every page the transaction changed, the final page included.
@@ -973,6 +982,7 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
     f->base = plan.whole ? at : plan.chain_base;
     f->annotation = annotation;
     f->next = const_cast<PageNode*>(plan.head);
+    f->base_hint = BaseHintBelow(plan.head);
     plan.flush = f;
     at = f->end;
   }
@@ -1207,6 +1217,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       rel->end = r.address + span;
       rel->base = r.address;
       rel->next = const_cast<PageNode*>(head);
+      rel->base_hint = BaseHintBelow(head);
       built = rel;
       desired = MappingTable::FromPointer(rel);
     } else {

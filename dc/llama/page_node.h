@@ -47,12 +47,24 @@ struct PageNode {
   uint64_t tag;         // data nodes: caller's tag; flush/partial swap: the bound
   PageNode* next;       // older node; null at the end of the chain
   LssAddress prior;     // kBase from a replacement: the page's previous LSS state
+  // The base node at the end of this node's chain, or null when not known (a
+  // node loaded from the LSS, a partial-swap copy). A prefetch hint only: a
+  // reader may ask the CPU for its lines before walking the deltas down to
+  // it, and must never dereference it (it is set where chains are built by
+  // UpdateD, UpdateR and flush-node installs; see BaseHintBelow).
+  const PageNode* base_hint;
 
   bool is_data() const { return kind == NodeKind::kBase || kind == NodeKind::kDelta; }
   char* payload() { return reinterpret_cast<char*>(this + 1); }
   const char* payload() const { return reinterpret_cast<const char*>(this + 1); }
 };
-static_assert(sizeof(PageNode) == 40, "PageNode header layout");
+static_assert(sizeof(PageNode) == 48, "PageNode header layout");
+
+// The base_hint for a node prepended to `n` (null: an empty page).
+inline const PageNode* BaseHintBelow(const PageNode* n) {
+  if (n == nullptr) return nullptr;
+  return n->kind == NodeKind::kBase ? n : n->base_hint;
+}
 
 // kFlush, kRelocation and kPartialSwap nodes.
 struct FlushNode : PageNode {
@@ -62,7 +74,7 @@ struct FlushNode : PageNode {
   uint64_t seq_hi;      // kPartialSwap: seq of the topmost flush when swapped
   LssAddress base;      // the kBase record that ends the LSS chain from `address`
 };
-static_assert(sizeof(FlushNode) == 80, "FlushNode layout");
+static_assert(sizeof(FlushNode) == 88, "FlushNode layout");
 
 inline const FlushNode* AsFlush(const PageNode* n) { return static_cast<const FlushNode*>(n); }
 

@@ -124,6 +124,7 @@ struct BwTree::Counters {
 struct BwTree::Path {
   PageId pid = 0;
   const PageNode* head = nullptr;
+  BaseView base;  // head's chain's base, parsed
   // Whether a parent's entry routed to pid (not a B-link move); then its
   // level and the routed range's start (a slice into the parent's chain).
   bool routed = false;
@@ -272,8 +273,9 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       bool stale = head == nullptr;
       uint32_t level = 0;
       size_t deltas = 0;
+      BaseView base;
       if (!stale) {
-        ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
+        ASSIGN_OR_RETURN(base, BaseOf(head, &deltas));
         level = base.header().level;
         const Slice low = base.header().low_key;
         stale = (expect != kAnyLevel && level != expect) ||
@@ -287,6 +289,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       if (level == target_level) {
         at.pid = pid;
         at.head = head;
+        at.base = base;
         *path = at;
         return Status::OK();
       }
@@ -295,7 +298,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         RETURN_IF_ERROR(MaybeRestructure(pid, level));
         continue;
       }
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before));
+      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before, &base));
       tried_consolidate = false;
       if (c.outcome == LookupOutcome::kFound) {
         at.routed = true;
@@ -342,9 +345,10 @@ struct BwTree::Located {
 Status BwTree::Locate(Slice key, Located* out, bool need_record) {
   // A blind write needs the page only: its structure deltas and high key, no
   // search of its records.
-  auto look = [&](const PageNode* head, bool through_remove) -> Result<LookupResult> {
-    if (need_record) return Lookup(head, key, options_.limits, through_remove);
-    return RouteOf(head, key, through_remove);
+  auto look = [&](const PageNode* head, bool through_remove,
+                  const BaseView* base = nullptr) -> Result<LookupResult> {
+    if (need_record) return Lookup(head, key, options_.limits, through_remove, base);
+    return RouteOf(head, key, through_remove, base);
   };
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Path path;
@@ -353,7 +357,8 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
     const PageNode* head = path.head;
     bool restart = false;
     for (int hop = 0; hop < kMaxHops && !restart; ++hop) {
-      ASSIGN_OR_RETURN(LookupResult r, look(head, false));
+      // The descent parsed the first page's base; later hops parse their own.
+      ASSIGN_OR_RETURN(LookupResult r, look(head, false, hop == 0 ? &path.base : nullptr));
       switch (r.outcome) {
         case LookupOutcome::kFound:
         case LookupOutcome::kNotFound:

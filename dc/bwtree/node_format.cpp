@@ -1,6 +1,7 @@
 #include "dc/bwtree/node_format.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 
@@ -8,6 +9,28 @@
 
 namespace deuteron::bwtree {
 namespace {
+
+// DecodeFixed64/32 as single loads on little-endian hosts (the decoders in
+// common/coding.h assemble bytes, which GCC does not merge here).
+inline uint64_t Fixed64(const char* p) {
+  if constexpr (std::endian::native == std::endian::little) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    return v;
+  } else {
+    return DecodeFixed64(p);
+  }
+}
+
+inline uint32_t Fixed32(const char* p) {
+  if constexpr (std::endian::native == std::endian::little) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+  } else {
+    return DecodeFixed32(p);
+  }
+}
 
 char* PutBytes(char* p, Slice s) {
   EncodeFixed32(p, static_cast<uint32_t>(s.size()));
@@ -54,11 +77,7 @@ Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree no
 
 uint64_t KeyPrefix(Slice key) {
   const auto* b = reinterpret_cast<const uint8_t*>(key.data());
-  if (key.size() >= 8) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v = (v << 8) | b[i];
-    return v;
-  }
+  if (key.size() >= 8) return Slice::LoadBigEndian64(key.data());
   uint64_t v = 0;
   for (size_t i = 0; i < 8; ++i) v = (v << 8) | (i < key.size() ? b[i] : 0u);
   return v;
@@ -147,10 +166,10 @@ Result<BaseView> BaseView::Parse(Slice payload) {
   v.header_.type = static_cast<NodeType>(type);
   v.header_.level = level;
   v.header_.high_infinite = (flags & kBaseHighInfinite) != 0;
-  v.count_ = DecodeFixed32(d + 4);
-  v.header_.right_sibling = DecodeFixed64(d + 8);
-  const uint64_t low_len = DecodeFixed32(d + 16);
-  const uint64_t high_len = DecodeFixed32(d + 20);
+  v.count_ = Fixed32(d + 4);
+  v.header_.right_sibling = Fixed64(d + 8);
+  const uint64_t low_len = Fixed32(d + 16);
+  const uint64_t high_len = Fixed32(d + 20);
   if (v.header_.high_infinite && high_len != 0) return Bad("infinite high key with bytes");
   const uint64_t table_at = kBaseFixedHeaderSize + low_len + high_len;
   const uint64_t entries_at = table_at + kBaseSlotSize * static_cast<uint64_t>(v.count_);
@@ -187,21 +206,21 @@ namespace {
 Status DecodeLeafRecord(const char** p, const char* end, LeafRecord* r) {
   const char* q = *p;
   if (end - q < 4) return Bad("leaf record key truncated");
-  const uint32_t klen = DecodeFixed32(q);
+  const uint32_t klen = Fixed32(q);
   q += 4;
   if (static_cast<size_t>(end - q) < static_cast<size_t>(klen) + 4) {
     return Bad("leaf record key truncated");
   }
   r->key = Slice(q, klen);
   q += klen;
-  const uint32_t vlen = DecodeFixed32(q);
+  const uint32_t vlen = Fixed32(q);
   q += 4;
   if (static_cast<size_t>(end - q) < static_cast<size_t>(vlen) + 9) {
     return Bad("leaf record value truncated");
   }
   r->value = Slice(q, vlen);
   q += vlen;
-  r->lsn = DecodeFixed64(q);
+  r->lsn = Fixed64(q);
   const auto flags = static_cast<uint8_t>(q[8]);
   q += 9;
   if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
@@ -256,12 +275,12 @@ Result<InnerEntry> BaseView::EntryAt(size_t i) const {
 
 uint64_t BaseView::PrefixAt(size_t i) const {
   assert(i < count_);
-  return DecodeFixed64(payload_.data() + slots_at_ + kBaseSlotSize * i);
+  return Fixed64(payload_.data() + slots_at_ + kBaseSlotSize * i);
 }
 
 size_t BaseView::OffsetAt(size_t i) const {
   assert(i < count_);
-  return DecodeFixed32(payload_.data() + slots_at_ + kBaseSlotSize * i + 8);
+  return Fixed32(payload_.data() + slots_at_ + kBaseSlotSize * i + 8);
 }
 
 Result<int> BaseView::CompareAt(size_t i, Slice key, uint64_t prefix) const {
@@ -286,16 +305,16 @@ Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_
   }
   while (lo < hi) {
     const size_t mid = lo + (hi - lo) / 2;
-    if (DecodeFixed64(slots + kBaseSlotSize * mid) < prefix) {
+    if (Fixed64(slots + kBaseSlotSize * mid) < prefix) {
       lo = mid + 1;
     } else {
       hi = mid;
     }
   }
-  if (lo == count_ || DecodeFixed64(slots + kBaseSlotSize * lo) != prefix) return lo;
+  if (lo == count_ || Fixed64(slots + kBaseSlotSize * lo) != prefix) return lo;
   // Keys sharing the prefix: their end, then whole keys within.
   size_t end = lo + 1;
-  for (size_t step = 1; end < count_ && DecodeFixed64(slots + kBaseSlotSize * end) == prefix; step *= 2) {
+  for (size_t step = 1; end < count_ && Fixed64(slots + kBaseSlotSize * end) == prefix; step *= 2) {
     end = std::min(count_, end + step);
   }
   while (lo < end) {
@@ -382,15 +401,15 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
     if (at < from.entries_at_ || next > size || next < at + 17) {
       return Bad("base entry offset out of range");
     }
-    const uint64_t klen = DecodeFixed32(data + at);
+    const uint64_t klen = Fixed32(data + at);
     if (klen > next - at - 17) return Bad("leaf record key truncated");
-    const uint64_t vlen = DecodeFixed32(data + at + 4 + klen);
+    const uint64_t vlen = Fixed32(data + at + 4 + klen);
     if (4 + klen + 4 + vlen + 9 != next - at) return Bad("leaf record length mismatch");
     const auto flags = static_cast<uint8_t>(data[next - 1]);
     if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
     const bool tombstone = (flags & kRecordTombstone) != 0;
     if (tombstone && vlen != 0) return Bad("tombstone with a value");
-    if (tombstone && DecodeFixed64(data + next - 9) < purge_bound) {
+    if (tombstone && Fixed64(data + next - 9) < purge_bound) {
       if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}});
       run_begin = i + 1;
       if (purged != nullptr) ++*purged;
@@ -448,7 +467,7 @@ void LeafBaseBuilder::Finish(char* dst) const {
     const size_t shifted = static_cast<size_t>(p - dst);
     for (size_t i = 0; i < k; ++i) {
       char* o = out_slots + kBaseSlotSize * i + 8;
-      EncodeFixed32(o, static_cast<uint32_t>(DecodeFixed32(o) - begin + shifted));
+      EncodeFixed32(o, static_cast<uint32_t>(Fixed32(o) - begin + shifted));
     }
     std::memcpy(p, data + begin, end - begin);
     p += end - begin;

@@ -71,7 +71,7 @@ Status CheckRecord(const Limits& limits, Slice key, Slice value) {
 }
 
 Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limits,
-                            bool through_remove) {
+                            bool through_remove, const BaseView* given) {
   RETURN_IF_ERROR(CheckKey(limits, key));
   LookupResult result;
   bool first_data = true;
@@ -114,7 +114,11 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
           return Status::Corruption("bw-tree: index delta in a leaf chain");
       }
     } else if (n->kind == NodeKind::kBase) {
-      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+      BaseView parsed;
+      if (given == nullptr) {
+        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+      }
+      const BaseView& base = given != nullptr ? *given : parsed;
       if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: Lookup on an inner node");
       if (SiblingRedirect(base, key, &result)) return result;
       if (lo > hi) lo = hi;  // inconsistent hints; Find falls back to a full search
@@ -133,7 +137,8 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
   return result;  // no base: an empty page
 }
 
-Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove) {
+Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove,
+                             const BaseView* given) {
   LookupResult out;
   bool first_data = true;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
@@ -148,15 +153,19 @@ Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remov
       if (top && through_remove && d.type == DeltaType::kRemoveNode) continue;
       if (StructureRedirect(d, key, &out)) return out;
     } else if (n->kind == NodeKind::kBase) {
-      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
-      SiblingRedirect(base, key, &out);
+      BaseView parsed;
+      if (given == nullptr) {
+        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+      }
+      SiblingRedirect(given != nullptr ? *given : parsed, key, &out);
       return out;
     }
   }
   return out;
 }
 
-Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before) {
+Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
+                              const BaseView* given) {
   ChildLookup result;
   // Whether the range [low, next) (infinite next: no end) routes the key.
   auto holds = [&](Slice low, bool next_infinite, Slice next) {
@@ -202,7 +211,11 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before) {
           return Status::Corruption("bw-tree: record delta in an inner chain");
       }
     } else if (n->kind == NodeKind::kBase) {
-      ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
+      BaseView parsed;
+      if (given == nullptr) {
+        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+      }
+      const BaseView& base = given != nullptr ? *given : parsed;
       if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
       if (SiblingRedirect(base, key, &result, before)) return result;
       ASSIGN_OR_RETURN(BasePosition pos, base.Find(key));

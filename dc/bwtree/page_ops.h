@@ -72,8 +72,11 @@ struct LookupResult {
 // malformed payloads; InvalidArgument if the base is not a leaf.
 // With `through_remove`, a remove-node delta on top of the chain is passed
 // over: the page's own state is read (as a merge into the left sibling does).
+// `base`, when given, is the chain's base already parsed by the caller (the
+// view of the kBase node that ends head's chain): it is not parsed again.
+// The same holds for RouteOf and FindChild.
 Result<LookupResult> Lookup(const llama::PageNode* head, Slice key, const Limits& limits = {},
-                            bool through_remove = false);
+                            bool through_remove = false, const BaseView* base = nullptr);
 
 // The LSN the page holds for `key` (a tombstone's included), 0 if none: for
 // idempotent redo (apply an operation only if its LSN is larger). If the key
@@ -91,7 +94,8 @@ Result<std::string> MakeRecordDelta(const llama::PageNode* head, DeltaType type,
 // and index deltas are passed over. kRedirect for split, merge and B-link
 // moves, kRemoved for a remove-node delta (passed over when on top with
 // `through_remove`), kNotFound when the page's own range holds the key.
-Result<LookupResult> RouteOf(const llama::PageNode* head, Slice key, bool through_remove = false);
+Result<LookupResult> RouteOf(const llama::PageNode* head, Slice key, bool through_remove = false,
+                             const BaseView* base = nullptr);
 
 // Routing in an inner node's chain: the child whose range holds `key`.
 struct ChildLookup {
@@ -114,7 +118,8 @@ struct ChildLookup {
 // With `before`, routes the largest key below `key` instead (for reverse
 // scans and for finding a node's left neighbour): ranges are taken as
 // (low, next] and redirects apply when key > separator.
-Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key, bool before = false);
+Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key, bool before = false,
+                              const BaseView* base = nullptr);
 
 // The new state of a page for Update-R.
 struct ConsolidatedPage {

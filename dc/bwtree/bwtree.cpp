@@ -53,16 +53,24 @@ inline void PrefetchBase(const PageNode* head) {
   __builtin_prefetch(p + 192);
 }
 
-Result<BaseView> BaseOf(const PageNode* head, size_t* deltas = nullptr) {
+// The chain's base, parsed into *out; *deltas counts the deltas above it.
+Status BaseOf(const PageNode* head, size_t* deltas, BaseView* out) {
   size_t count = 0;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kBase) {
-      if (deltas != nullptr) *deltas = count;
-      return BaseView::Parse(PayloadOf(n));
+      *deltas = count;
+      return out->Init(PayloadOf(n));
     }
     if (n->kind == NodeKind::kDelta) ++count;
   }
   return Status::Corruption("bw-tree: page without a base");
+}
+
+Result<BaseView> BaseOf(const PageNode* head, size_t* deltas = nullptr) {
+  size_t count = 0;
+  BaseView base;
+  RETURN_IF_ERROR(BaseOf(head, deltas != nullptr ? deltas : &count, &base));
+  return base;
 }
 
 // Deltas on the chain (its length, as the thresholds count it).
@@ -275,7 +283,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       size_t deltas = 0;
       BaseView base;
       if (!stale) {
-        ASSIGN_OR_RETURN(base, BaseOf(head, &deltas));
+        RETURN_IF_ERROR(BaseOf(head, &deltas, &base));
         level = base.header().level;
         const Slice low = base.header().low_key;
         stale = (expect != kAnyLevel && level != expect) ||

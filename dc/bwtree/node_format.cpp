@@ -148,9 +148,15 @@ std::string EncodeInnerBase(const BaseHeader& header, const std::vector<InnerEnt
 // ---- BaseView --------------------------------------------------------------------
 
 Result<BaseView> BaseView::Parse(Slice payload) {
+  BaseView v;
+  RETURN_IF_ERROR(v.Init(payload));
+  return v;
+}
+
+Status BaseView::Init(Slice payload) {
   if (payload.size() < kBaseFixedHeaderSize) return Bad("base shorter than its header");
   const char* d = payload.data();
-  BaseView v;
+  BaseView& v = *this;
   v.payload_ = payload;
   const auto type = static_cast<uint8_t>(d[0]);
   const auto level = static_cast<uint8_t>(d[1]);
@@ -179,7 +185,7 @@ Result<BaseView> BaseView::Parse(Slice payload) {
   v.slots_at_ = table_at;
   v.entries_at_ = entries_at;
   if (v.count_ == 0 && entries_at != payload.size()) return Bad("trailing bytes in empty base");
-  return v;
+  return Status::OK();
 }
 
 Result<Slice> BaseView::EntryBytes(size_t i) const {
@@ -303,13 +309,16 @@ Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_
     const char* const end = slots + kBaseSlotSize * hi;
     for (const char* p = slots + kBaseSlotSize * lo; p < end; p += 64) __builtin_prefetch(p);
   }
-  while (lo < hi) {
-    const size_t mid = lo + (hi - lo) / 2;
-    if (Fixed64(slots + kBaseSlotSize * mid) < prefix) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+  // Branch-free (the outcome of each probe is a coin flip a predictor
+  // cannot learn): the answer stays in [lo, lo + n].
+  if (lo < hi) {
+    size_t n = hi - lo;
+    while (n > 1) {
+      const size_t half = n / 2;
+      lo = Fixed64(slots + kBaseSlotSize * (lo + half)) < prefix ? lo + half : lo;
+      n -= half;
     }
+    lo += Fixed64(slots + kBaseSlotSize * lo) < prefix ? 1 : 0;
   }
   if (lo == count_ || Fixed64(slots + kBaseSlotSize * lo) != prefix) return lo;
   // Keys sharing the prefix: their end, then whole keys within.

@@ -103,6 +103,9 @@ struct BasePosition {
 class BaseView {
  public:
   static Result<BaseView> Parse(Slice payload);
+  // Parse() into this view (the hot paths' form: no Result to copy). On an
+  // error the view is left unusable.
+  Status Init(Slice payload);
 
   const BaseHeader& header() const { return header_; }
   NodeType type() const { return header_.type; }
@@ -164,7 +167,7 @@ class BaseView {
 // in the header's range; views stay valid until Finish().
 class LeafBaseBuilder {
  public:
-  explicit LeafBaseBuilder(const BaseHeader& header) : header_(header) {}
+  explicit LeafBaseBuilder(const BaseHeader& header) : header_(header) { pieces_.reserve(16); }
   // Entries [begin, end) of `from` (a leaf base). Tombstones with LSN below
   // `purge_bound` are left out and counted in *purged.
   // REQUIRES: begin <= end <= from.count().

@@ -116,7 +116,7 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
     } else if (n->kind == NodeKind::kBase) {
       BaseView parsed;
       if (given == nullptr) {
-        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+        RETURN_IF_ERROR(parsed.Init(PayloadOf(n)));
       }
       const BaseView& base = given != nullptr ? *given : parsed;
       if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: Lookup on an inner node");
@@ -155,7 +155,7 @@ Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remov
     } else if (n->kind == NodeKind::kBase) {
       BaseView parsed;
       if (given == nullptr) {
-        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+        RETURN_IF_ERROR(parsed.Init(PayloadOf(n)));
       }
       SiblingRedirect(given != nullptr ? *given : parsed, key, &out);
       return out;
@@ -213,7 +213,7 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
     } else if (n->kind == NodeKind::kBase) {
       BaseView parsed;
       if (given == nullptr) {
-        ASSIGN_OR_RETURN(parsed, BaseView::Parse(PayloadOf(n)));
+        RETURN_IF_ERROR(parsed.Init(PayloadOf(n)));
       }
       const BaseView& base = given != nullptr ? *given : parsed;
       if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
@@ -344,10 +344,21 @@ std::vector<const LeafImage::Delta*> SortedDeltas(const LeafImage& image,
   std::vector<const LeafImage::Delta*> sorted;
   sorted.reserve(image.deltas.size());
   for (const LeafImage::Delta& d : image.deltas) sorted.push_back(&d);
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const LeafImage::Delta* a, const LeafImage::Delta* b) {
-                     return a->d.key < b->d.key;
-                   });
+  auto less = [](const LeafImage::Delta* a, const LeafImage::Delta* b) {
+    return a->d.key < b->d.key;
+  };
+  if (sorted.size() <= 32) {
+    // A chain's few deltas: insertion sort (stable, and no temporary buffer
+    // as std::stable_sort allocates).
+    for (size_t i = 1; i < sorted.size(); ++i) {
+      const LeafImage::Delta* d = sorted[i];
+      size_t j = i;
+      for (; j > 0 && less(d, sorted[j - 1]); --j) sorted[j] = sorted[j - 1];
+      sorted[j] = d;
+    }
+  } else {
+    std::stable_sort(sorted.begin(), sorted.end(), less);
+  }
   if (order != nullptr) {
     order->clear();
     for (const LeafImage::Delta* d : sorted) order->push_back(static_cast<size_t>(d - image.deltas.data()));
@@ -583,6 +594,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
                                            bool* simple, const BaseSink& sink = nullptr) {
   *simple = false;
   LeafImage image;  // header and deltas only; base records stay in the base
+  image.deltas.reserve(16);
   std::optional<Slice> cut;  // the lowest split separator: keys >= it are gone
   bool range_set = false;
   const PageNode* base_node = nullptr;

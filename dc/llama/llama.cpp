@@ -539,8 +539,10 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   std::vector<PageNode*> chain = std::move(above);
   chain.push_back(f);
   chain.insert(chain.end(), below.begin(), below.end());
+  const PageNode* base = chain.back()->kind == NodeKind::kBase ? chain.back() : nullptr;
   for (size_t i = 0; i < chain.size(); ++i) {
     chain[i]->next = i + 1 < chain.size() ? chain[i + 1] : nullptr;
+    chain[i]->base_hint = base;
   }
   uint64_t expected = entry;
   if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(chain.front()))) {

@@ -82,6 +82,14 @@ size_t DeltaCount(const PageNode* head) {
   return count;
 }
 
+// The chain's deltas, for the leaf threshold: a plain chain (page_ops.h)
+// knows its count on its top data node, which needs no walk.
+size_t ChainLength(const PageNode* head) {
+  size_t deltas = 0;
+  if (PlainDeltas(head, &deltas)) return deltas;
+  return DeltaCount(head);
+}
+
 // Whether the chain holds a split, merge or remove-node delta.
 bool HasStructureDelta(const PageNode* head) {
   for (const PageNode* n = head; n != nullptr && n->kind != NodeKind::kBase; n = n->next) {
@@ -283,7 +291,13 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       size_t deltas = 0;
       BaseView base;
       if (!stale) {
-        RETURN_IF_ERROR(BaseOf(head, &deltas, &base));
+        if (const PageNode* plain = PlainBase(head); plain != nullptr) {
+          // A leaf's record deltas over its base: read the base directly.
+          RETURN_IF_ERROR(base.Init(PayloadOf(plain)));
+          deltas = 0;  // only inner chains' counts are used here; plain ones are leaves
+        } else {
+          RETURN_IF_ERROR(BaseOf(head, &deltas, &base));
+        }
         level = base.header().level;
         const Slice low = base.header().low_key;
         stale = (expect != kAnyLevel && level != expect) ||
@@ -539,9 +553,10 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
     }
     d.hint = loc.r.hint;
     PageNode* node = MakeDelta(llama_, d, lsn);
+    node->user_flags = PlainFlagsOver(loc.head);
     if (llama_->UpdateD(loc.pid, loc.head, node)) {
       if (applied != nullptr) *applied = true;
-      if (DeltaCount(node) > options_.leaf_delta_threshold) {
+      if (ChainLength(node) > options_.leaf_delta_threshold) {
         RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0));
       }
       return Status::OK();

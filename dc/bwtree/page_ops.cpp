@@ -140,6 +140,15 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
 Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remove,
                              const BaseView* given) {
   LookupResult out;
+  if (const PageNode* plain = PlainBase(head); plain != nullptr) {
+    // Only record deltas above the base: its range alone routes the key.
+    BaseView parsed;
+    if (given == nullptr) {
+      RETURN_IF_ERROR(parsed.Init(PayloadOf(plain)));
+    }
+    SiblingRedirect(given != nullptr ? *given : parsed, key, &out);
+    return out;
+  }
   bool first_data = true;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kDelta) {
@@ -735,9 +744,11 @@ Result<PageNode*> ConsolidateChain(llama::Llama* llama, const PageNode* head, ui
   }
   *stats = std::move(*page);
   PageNode* chain = base;
+  size_t below = 0;
   for (auto it = stats->deltas.rbegin(); it != stats->deltas.rend(); ++it) {
     PageNode* d = llama->NewNode(NodeKind::kDelta, it->payload.size(), it->tag);
     std::memcpy(d->payload(), it->payload.data(), it->payload.size());
+    d->user_flags = PlainFlags(++below);  // record deltas over the base (UpdateR sets base_hint)
     d->next = chain;
     chain = d;
   }
@@ -747,9 +758,11 @@ Result<PageNode*> ConsolidateChain(llama::Llama* llama, const PageNode* head, ui
 PageNode* BuildChain(llama::Llama* llama, const ConsolidatedPage& page) {
   PageNode* chain = llama->NewNode(NodeKind::kBase, page.base.size(), page.base_tag);
   std::memcpy(chain->payload(), page.base.data(), page.base.size());
+  size_t below = 0;
   for (auto it = page.deltas.rbegin(); it != page.deltas.rend(); ++it) {
     PageNode* d = llama->NewNode(NodeKind::kDelta, it->payload.size(), it->tag);
     std::memcpy(d->payload(), it->payload.data(), it->payload.size());
+    d->user_flags = PlainFlags(++below);  // record deltas over the base (UpdateR sets base_hint)
     d->next = chain;
     chain = d;
   }

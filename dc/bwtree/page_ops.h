@@ -13,6 +13,7 @@
 // it uses the chain and any Slice in the result.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -64,6 +65,69 @@ struct LookupResult {
   // base): the hint to store in a new record delta for this key.
   uint32_t hint = kNoHint;
 };
+
+// ---- Plain chains ----
+//
+// A leaf chain of record deltas (and LLAMA flush-state nodes) over its base
+// routes every key by the base's range alone. The Bw-tree marks a record
+// delta kPlainChain (PageNode::user_flags) when it prepends it to a chain
+// that is plain and whose base_hint names that base; kept deltas of a
+// consolidation are marked too. The other bits of a marked node's
+// user_flags count the record deltas from it down to the base (itself
+// included, saturating at kPlainMaxCount). Then a blind write and a descent read the
+// base through the head's base_hint without walking the deltas (each one a
+// dependent cache miss). Unmarked nodes (structure deltas, copies, loads)
+// make the chain "not known plain": it is walked as before.
+inline constexpr uint16_t kPlainChain = 1;
+inline constexpr uint16_t kPlainMaxCount = 0x7fff;
+
+// The user_flags of a marked record delta with `deltas` record deltas from
+// it down to the base.
+inline uint16_t PlainFlags(size_t deltas) {
+  return static_cast<uint16_t>(kPlainChain | (std::min<size_t>(deltas, kPlainMaxCount) << 1));
+}
+
+// The base of `head`'s chain when the chain is known plain, else null.
+// Flush and relocation nodes on top are passed over; the first data node
+// decides.
+inline const llama::PageNode* PlainBase(const llama::PageNode* head) {
+  for (const llama::PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == llama::NodeKind::kBase) return n;
+    if (n->kind == llama::NodeKind::kDelta) {
+      return (n->user_flags & kPlainChain) != 0 ? n->base_hint : nullptr;
+    }
+    if (n->kind == llama::NodeKind::kPartialSwap) return nullptr;
+  }
+  return nullptr;
+}
+
+// When `head`'s chain is known plain: true, and *deltas = its record
+// deltas (flush-state nodes not counted).
+inline bool PlainDeltas(const llama::PageNode* head, size_t* deltas) {
+  for (const llama::PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == llama::NodeKind::kBase) {
+      *deltas = 0;
+      return true;
+    }
+    if (n->kind == llama::NodeKind::kDelta) {
+      if ((n->user_flags & kPlainChain) == 0 || n->base_hint == nullptr) return false;
+      *deltas = n->user_flags >> 1;
+      return true;
+    }
+    if (n->kind == llama::NodeKind::kPartialSwap) return false;
+  }
+  return false;
+}
+
+// The user_flags for a record delta about to be prepended to `expected`.
+inline uint16_t PlainFlagsOver(const llama::PageNode* expected) {
+  const llama::PageNode* base = PlainBase(expected);
+  size_t below = 0;
+  if (base == nullptr || base != llama::BaseHintBelow(expected) || !PlainDeltas(expected, &below)) {
+    return 0;
+  }
+  return PlainFlags(below + 1);
+}
 
 // Looks `key` up in a leaf page's chain. The newest record delta for the key
 // decides; structure deltas passed on the way may redirect; otherwise the

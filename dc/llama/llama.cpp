@@ -579,7 +579,7 @@ bool Llama::UpdateD(PageId pid, const PageNode* expected, PageNode* delta) {
   uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
   delta->next = const_cast<PageNode*>(expected);
   delta->seq = expected != nullptr ? expected->seq + 1 : 1;
-  delta->base_hint = BaseHintBelow(expected);
+  delta->base_hint = delta->kind == NodeKind::kBase ? delta : BaseHintBelow(expected);
   if (mapping_->Cas(pid, exp, MappingTable::FromPointer(delta))) return true;
   delta->next = nullptr;
   update_d_failures_.fetch_add(1, std::memory_order_relaxed);

@@ -41,17 +41,21 @@ constexpr uint8_t kNodeSwapped = 1;  // copy made by a partial swap-out
 struct PageNode {
   NodeKind kind;
   uint8_t flags;
-  uint16_t reserved;
+  // The access method's bits for its own data nodes: set before the node is
+  // published and never changed after. LLAMA's own nodes, copies (swap-outs,
+  // loads) and fresh NewNode()s have 0.
+  uint16_t user_flags;
   uint32_t size;        // payload bytes (data nodes)
   uint64_t seq;         // chain position
   uint64_t tag;         // data nodes: caller's tag; flush/partial swap: the bound
   PageNode* next;       // older node; null at the end of the chain
   LssAddress prior;     // kBase from a replacement: the page's previous LSS state
   // The base node at the end of this node's chain, or null when not known (a
-  // node loaded from the LSS, a partial-swap copy). A prefetch hint only: a
-  // reader may ask the CPU for its lines before walking the deltas down to
-  // it, and must never dereference it (it is set where chains are built by
-  // UpdateD, UpdateR and flush-node installs; see BaseHintBelow).
+  // partial-swap copy above a swapped-out base). Set wherever LLAMA builds
+  // or extends a chain (UpdateD, UpdateR, flush/relocation installs, loads;
+  // see BaseHintBelow) before publication; exact where set, since chains
+  // never share nodes and published nodes are never relinked. Readers use
+  // it to prefetch the base, and the Bw-tree to read it without a walk.
   const PageNode* base_hint;
 
   bool is_data() const { return kind == NodeKind::kBase || kind == NodeKind::kDelta; }

@@ -611,5 +611,82 @@ TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
   CHECK(route("p", true).redirect == 66);
 }
 
+// Plain chains (page_ops.h): record deltas over a base are routed by the
+// base alone and counted without a walk, through flush nodes; any structure
+// delta ends that; consolidation's kept deltas are plain again.
+TEST_CASE("Plain chains are known without a walk only while plain", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  BaseHeader h;
+  h.high_infinite = false;
+  h.high_key = "t";
+  h.right_sibling = 77;
+  const PageId pid = CreatePage(l.get(), EncodeLeafBase(h, {}));
+  auto g = l->Enter();
+  auto base_of = [](const PageNode* n) {
+    while (n != nullptr && n->kind != NodeKind::kBase) n = n->next;
+    return n;
+  };
+  const PageNode* base = base_of(ReadHead(l.get(), pid));
+  REQUIRE(base != nullptr);
+  auto post = [&](const std::string& payload, uint64_t tag, bool plain) {
+    const PageNode* head = ReadHead(l.get(), pid);
+    PageNode* d = MakeNode(l.get(), NodeKind::kDelta, payload, tag);
+    if (plain) d->user_flags = PlainFlagsOver(head);
+    REQUIRE(l->UpdateD(pid, head, d));
+  };
+  auto deltas = [&]() -> int {
+    size_t n = 0;
+    return PlainDeltas(ReadHead(l.get(), pid), &n) ? static_cast<int>(n) : -1;
+  };
+  auto route = [&](Slice key) {
+    auto r = RouteOf(ReadHead(l.get(), pid), key);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    return *r;
+  };
+  CHECK(PlainBase(base) == base);
+  CHECK(PlainBase(ReadHead(l.get(), pid)) == base);  // through a commit's flush node
+  CHECK(deltas() == 0);
+  for (int i = 1; i <= 3; ++i) {
+    post(EncodeRecordDelta(DeltaType::kUpsert, Key(i), "v", i, kNoHint), i, true);
+    CHECK(PlainBase(ReadHead(l.get(), pid)) == base);
+    CHECK(ReadHead(l.get(), pid)->base_hint == base);
+    CHECK(deltas() == i);
+  }
+  CHECK(route("a").outcome == LookupOutcome::kNotFound);
+  CHECK(route("u").redirect == 77);
+  // A flush node on top is passed over and not counted.
+  auto f = l->Flush(pid, 100, 0);
+  REQUIRE(f.ok());
+  REQUIRE(f->outcome == llama::FlushOutcome::kFlushed);
+  CHECK(ReadHead(l.get(), pid)->kind == NodeKind::kFlush);
+  CHECK(PlainBase(ReadHead(l.get(), pid)) == base);
+  CHECK(deltas() == 3);
+  post(EncodeRecordDelta(DeltaType::kUpsert, Key(4), "v", 4, kNoHint), 4, true);
+  CHECK(deltas() == 4);
+  // A split: not plain any more, and a record delta above it is not either;
+  // the split routes again.
+  post(EncodeSplitDelta("m", 66), 0, false);
+  CHECK(PlainBase(ReadHead(l.get(), pid)) == nullptr);
+  post(EncodeRecordDelta(DeltaType::kUpsert, "c", "v", 9, kNoHint), 9, true);
+  CHECK(ReadHead(l.get(), pid)->user_flags == 0);
+  CHECK(deltas() == -1);
+  CHECK(route("p").redirect == 66);
+  CHECK(route("c").outcome == LookupOutcome::kNotFound);
+  // Consolidated with deltas kept above a bound: plain again, counted.
+  const PageNode* head = ReadHead(l.get(), pid);
+  ConsolidatedPage stats;
+  auto chain = ConsolidateChain(l.get(), head, 2, 0, &stats);
+  REQUIRE(chain.ok());
+  REQUIRE(l->UpdateR(pid, head, *chain));
+  CHECK(stats.deltas.size() == 3);  // keys 3, 4 and "c"
+  CHECK(deltas() == 3);
+  const PageNode* top = ReadHead(l.get(), pid);
+  CHECK(PlainBase(top) == base_of(top));
+  CHECK(PlainBase(top) != nullptr);
+  CHECK(route("p").redirect == 66);  // the split is the new base's high key
+}
+
 }  // namespace
 }  // namespace deuteron::bwtree

@@ -1,6 +1,7 @@
 #include "dc/llama/llama.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <cstring>
 #include <functional>
@@ -58,6 +59,112 @@ namespace {
 
 size_t NodeBytes(const PageNode* n) {
   return n->is_data() ? sizeof(PageNode) + n->size : sizeof(FlushNode);
+}
+
+// Node memory. Every consolidation frees a chain and allocates one, every
+// record delta is a small allocation, and a chain is often freed by another
+// thread than the one that allocated it (glibc then takes the allocating
+// thread's arena lock). So freed node blocks go to a per-thread cache by
+// size class and are reused by that thread's next allocations of the class.
+// Every block in the cached range is allocated at its class size, so any
+// cached block fits any request of its class. Bounded per thread; freed
+// when the thread exits. Off under sanitizers, which must see every free.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kNodeCache = false;
+#else
+constexpr bool kNodeCache = true;
+#endif
+
+// Classes: 32-byte steps up to 256 bytes, then four per power of two up to
+// kMaxCachedBlock. Returns false above that (an exact-size block).
+constexpr size_t kMaxCachedBlock = 16384;
+constexpr size_t kNodeClasses = 33;
+bool NodeClass(size_t n, size_t* index, size_t* size) {
+  if (n > kMaxCachedBlock) return false;
+  if (n <= 256) {
+    const size_t c = (n + 31) / 32;
+    *index = c;
+    *size = c * 32;
+    return true;
+  }
+  const int p = std::bit_width(n - 1);  // 2^(p-1) < n <= 2^p, p >= 9
+  const size_t step = size_t{1} << (p - 3);
+  const size_t c = (n + step - 1) / step;  // 5..8
+  *index = 8 + static_cast<size_t>(p - 9) * 4 + (c - 4);
+  *size = c * step;
+  return true;
+}
+
+// Trivially destructible, so that it stays usable on a thread after the
+// reaper below has emptied it (a node freed by a later thread_local
+// destructor then goes to operator delete).
+struct NodeCache {
+  void* heads[kNodeClasses];
+  uint32_t counts[kNodeClasses];
+  size_t bytes;
+  bool registered;  // the reaper is armed
+  bool closed;      // the thread is exiting: cache nothing more
+
+  static constexpr uint32_t kMaxPerClass = 64;
+  static constexpr size_t kMaxBytes = 1 << 20;
+
+  void* Take(size_t index, size_t size) {
+    void* block = heads[index];
+    if (block == nullptr) return nullptr;
+    heads[index] = *static_cast<void**>(block);
+    --counts[index];
+    bytes -= size;
+    return block;
+  }
+  bool Put(void* block, size_t index, size_t size);
+  void Drain() {
+    for (void*& head : heads) {
+      while (head != nullptr) {
+        void* next = *static_cast<void**>(head);
+        ::operator delete(head);
+        head = next;
+      }
+    }
+  }
+};
+
+thread_local NodeCache node_cache{};
+
+// Empties this thread's cache when the thread exits.
+struct NodeCacheReaper {
+  ~NodeCacheReaper() {
+    node_cache.closed = true;
+    node_cache.Drain();
+  }
+};
+
+bool NodeCache::Put(void* block, size_t index, size_t size) {
+  if (closed || counts[index] >= kMaxPerClass || bytes + size > kMaxBytes) return false;
+  if (!registered) {
+    static thread_local NodeCacheReaper reaper;
+    (void)reaper;
+    registered = true;
+  }
+  *static_cast<void**>(block) = heads[index];
+  heads[index] = block;
+  ++counts[index];
+  bytes += size;
+  return true;
+}
+
+void* AllocateNode(size_t bytes) {
+  size_t index = 0, size = 0;
+  if (!kNodeCache || !NodeClass(bytes, &index, &size)) return ::operator new(bytes);
+  if (void* block = node_cache.Take(index, size)) return block;
+  return ::operator new(size);
+}
+
+void ReleaseNode(void* block, size_t bytes) {
+  size_t index = 0, size = 0;
+  if (kNodeCache && NodeClass(bytes, &index, &size) && node_cache.Put(block, index, size)) {
+    return;
+  }
+  ::operator delete(block);
 }
 
 std::string PageName(PageId pid) { return "page " + std::to_string(pid); }
@@ -255,7 +362,7 @@ void Llama::RunDeferredWork() {
 
 PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
   assert(kind == NodeKind::kBase || kind == NodeKind::kDelta);
-  void* mem = ::operator new(sizeof(PageNode) + payload_size);
+  void* mem = AllocateNode(sizeof(PageNode) + payload_size);
   auto* n = new (mem) PageNode{kind, 0, 0, static_cast<uint32_t>(payload_size), 0, tag,
                                nullptr, kNullAddress, nullptr};
   if (kind == NodeKind::kBase) n->base_hint = n;
@@ -265,7 +372,7 @@ PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
 }
 
 FlushNode* Llama::NewFlushNode(NodeKind kind) {
-  void* mem = ::operator new(sizeof(FlushNode));
+  void* mem = AllocateNode(sizeof(FlushNode));
   auto* n = new (mem) FlushNode{};
   n->kind = kind;
   memory_->Add(static_cast<int64_t>(sizeof(FlushNode)));
@@ -273,8 +380,9 @@ FlushNode* Llama::NewFlushNode(NodeKind kind) {
 }
 
 void Llama::FreeNode(PageNode* node) {
-  memory_->Add(-static_cast<int64_t>(NodeBytes(node)));
-  ::operator delete(node);
+  const size_t bytes = NodeBytes(node);
+  memory_->Add(-static_cast<int64_t>(bytes));
+  ReleaseNode(node, bytes);
 }
 
 void Llama::DiscardNode(PageNode* node) { FreeNode(node); }

@@ -101,6 +101,7 @@ struct Tally {
 struct Phase {
   uint64_t ops = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // the whole process's (a remote run's server included)
   uint64_t wrong = 0, errors = 0;
   std::string first_error;
   Histogram::Snapshot latency;  // per call
@@ -111,12 +112,14 @@ template <typename Body>
 Phase RunPhase(int threads, Body body) {
   std::vector<Tally> tallies(static_cast<size_t>(threads));
   LatencySet latencies(threads);
+  const double cpu0 = ProcessCpuSeconds();
   Stopwatch sw;
   RunThreads(threads, [&](int t) {
     body(t, &tallies[static_cast<size_t>(t)], latencies.ForThread(t));
   });
   Phase p;
   p.seconds = sw.Seconds();
+  p.cpu_seconds = ProcessCpuSeconds() - cpu0;
   for (const Tally& tally : tallies) {
     p.ops += tally.ops;
     p.wrong += tally.wrong;
@@ -237,6 +240,7 @@ int Run(int argc, char** argv) {
           ResultLine line(kBench, workload, system, threads, p.ops, p.seconds);
           line.SetString("phase", name).Set("batch", static_cast<uint64_t>(batch));
           line.SetLatenciesNs(p.latency);
+          line.Set("cpu_util", Ratio(p.cpu_seconds, p.seconds));
           if (remote == 0) {
             in_process[phase] = ops_per_s;
           } else {

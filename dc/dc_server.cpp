@@ -8,6 +8,7 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -135,6 +136,24 @@ class Handler final : public proto::DataComponentServiceIf {
   DataComponent* const dc_;
 };
 
+// Whether a request payload calls a method cheap enough to run on the
+// connection's strand rather than a worker: the reads and the status calls
+// are bounded (key, multi-get and scan limits) and never wait on another
+// call (during a restart they answer Unavailable at once), so they skip two
+// thread hand-offs. Apply, setEsl, proposeRssp and restartTo may block (an
+// RSSP waits for a flush) and stay on the workers. Looks only at a strict
+// binary message header; anything else goes to a worker, which answers it.
+bool RunsInline(const std::string& payload) {
+  static const std::string_view kInline[] = {"get", "multiGet", "scan", "stats", "health"};
+  if (payload.size() < 8) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(payload.data());
+  if (u[0] != 0x80 || u[1] != 0x01) return false;  // not a strict binary header
+  const uint32_t len = GetBigEndian32(payload.data() + 4);
+  if (len > payload.size() - 8) return false;
+  const std::string_view name(payload.data() + 8, len);
+  return std::find(std::begin(kInline), std::end(kInline), name) != std::end(kInline);
+}
+
 // A reply carrying TApplicationException `type` for call (name, seqid).
 std::string ApplicationErrorReply(const std::string& name, int32_t seqid,
                                   TApplicationException::TApplicationExceptionType type,
@@ -167,6 +186,15 @@ std::string TypedErrorReply(const std::string& name, int32_t seqid, const Status
 
 class Connection;
 
+// The io loops: `n` of them (at least one, so that a server whose Start
+// rejects its options can still be built and destroyed). Concurrency hint 1:
+// one thread runs each loop (posts from other threads stay safe).
+std::vector<std::unique_ptr<boost::asio::io_context>> MakeLoops(int n) {
+  std::vector<std::unique_ptr<boost::asio::io_context>> loops;
+  for (int i = 0; i < std::max(n, 1); ++i) loops.push_back(std::make_unique<boost::asio::io_context>(1));
+  return loops;
+}
+
 }  // namespace
 
 class DcServer::Impl {
@@ -189,7 +217,7 @@ class DcServer::Impl {
   asio::thread_pool& workers() { return *workers_; }
   // Decodes one request payload, runs it, and returns the reply payload;
   // nullopt when not even an error reply could be built (close the
-  // connection). Runs on a worker thread; never throws.
+  // connection). Runs on a worker or, for RunsInline calls, a connection strand; never throws.
   std::optional<std::string> Process(std::string& payload);
   void Unregister(uint64_t id);
 
@@ -202,9 +230,15 @@ class DcServer::Impl {
   std::shared_ptr<proto::DataComponentServiceProcessor> processor_;
   std::shared_ptr<thrift::TConfiguration> config_;
 
-  asio::io_context io_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
-  Strand accept_strand_;
+  // One event loop per io thread, each run by its thread alone: a
+  // connection lives on one loop (round robin at accept), so its socket
+  // events, inline calls and writes never hop threads, and no loop wakes a
+  // second thread to run what it dequeued (asio's shared-loop pattern costs
+  // a futex wake per event).
+  std::vector<std::unique_ptr<asio::io_context>> ios_;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  size_t next_io_ = 0;      // used on accept_strand_ only
+  Strand accept_strand_;    // on ios_[0]
   tcp::acceptor acceptor_;  // used on accept_strand_ only
   Timer accept_retry_;      // after a failed accept (out of descriptors)
   std::unique_ptr<asio::thread_pool> workers_;
@@ -323,14 +357,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     inbuf_.erase(0, pos);
   }
 
-  // Hands the oldest queued request to a worker unless one is in progress
-  // (one at a time keeps execution and replies in arrival order).
+  // Hands the oldest queued request to a worker, or runs it on the strand
+  // when RunsInline, unless one is in progress (one at a time keeps execution
+  // and replies in arrival order).
   void MaybeDispatch() {
     if (closed_ || busy_ || queue_.empty() || PendingOut() > max_frame_) return;
     busy_ = true;
     auto payload = std::make_shared<std::string>(std::move(queue_.front()));
     queue_.pop_front();
     queued_bytes_ -= payload->size();
+    if (RunsInline(*payload)) {
+      // Posted, not run here, so that a burst of pipelined reads still lets
+      // the strand's reads and writes in between them.
+      asio::post(strand_, [self = shared_from_this(), payload] {
+        self->OnProcessed(self->server_->Process(*payload));
+      });
+      return;
+    }
     asio::post(server_->workers(), [self = shared_from_this(), payload] {
       std::optional<std::string> reply = self->server_->Process(*payload);
       asio::post(self->strand_, [self, reply = std::move(reply)]() mutable {
@@ -451,7 +494,8 @@ DcServer::Impl::Impl(DataComponent* dc, DcServerOptions options)
     : options_(std::move(options)),
       handler_(std::make_shared<Handler>(dc)),
       processor_(std::make_shared<proto::DataComponentServiceProcessor>(handler_)),
-      accept_strand_(asio::make_strand(io_)),
+      ios_(MakeLoops(options_.io_threads)),
+      accept_strand_(asio::make_strand(*ios_[0])),
       acceptor_(accept_strand_),
       accept_retry_(accept_strand_) {
   // The memory transports' message-size budget covers a whole frame.
@@ -471,7 +515,7 @@ Status DcServer::Impl::Start() {
   if (o.max_connections == 0) return Status::InvalidArgument("DcServerOptions: max_connections is 0");
 
   boost::system::error_code ec;
-  tcp::resolver resolver(io_);
+  tcp::resolver resolver(*ios_[0]);
   const auto endpoints = resolver.resolve(o.host, std::to_string(o.port),
                                           tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || endpoints.empty()) {
@@ -498,14 +542,14 @@ Status DcServer::Impl::Start() {
   if (ec) return fail("read the address of");
   port_.store(bound.port());
 
-  work_.emplace(io_.get_executor());
+  for (auto& io : ios_) work_.push_back(asio::make_work_guard(*io));
   workers_ = std::make_unique<asio::thread_pool>(static_cast<size_t>(o.worker_threads));
   asio::post(accept_strand_, [this] { DoAccept(); });
-  for (int i = 0; i < o.io_threads; ++i) {
-    io_threads_.emplace_back([this] {
+  for (auto& loop : ios_) {
+    io_threads_.emplace_back([io = loop.get()] {
       for (;;) {
         try {
-          io_.run();
+          io->run();
           return;
         } catch (const std::exception& e) {  // no handler should throw; keep serving
           DLOG_ERROR("DC server: io thread caught {}", e.what());
@@ -518,7 +562,8 @@ Status DcServer::Impl::Start() {
 }
 
 void DcServer::Impl::DoAccept() {
-  acceptor_.async_accept(asio::make_strand(io_),
+  asio::io_context& io = *ios_[next_io_++ % ios_.size()];
+  acceptor_.async_accept(asio::make_strand(io),
                          [this](const boost::system::error_code& ec, Socket socket) {
                            OnAccept(ec, std::move(socket));
                          });
@@ -535,6 +580,10 @@ void DcServer::Impl::OnAccept(const boost::system::error_code& ec, Socket socket
     });
     return;
   }
+  // Replies go out whole in one write: no reason to let Nagle hold one back
+  // behind an unacknowledged earlier reply of a pipelining client.
+  boost::system::error_code nodelay_ec;
+  socket.set_option(tcp::no_delay(true), nodelay_ec);  // best effort
   std::shared_ptr<Connection> conn;
   bool refuse = false;
   {
@@ -623,7 +672,7 @@ void DcServer::Impl::Stop() {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (!started_ || stopped_) return;
   stopped_ = true;
-  if (!work_) return;  // Start failed before any thread ran
+  if (work_.empty()) return;  // Start failed before any thread ran
 
   std::vector<std::shared_ptr<Connection>> open;
   {
@@ -647,7 +696,7 @@ void DcServer::Impl::Stop() {
     conns_changed_.wait(l, [this] { return conns_.empty(); });
   }
   workers_->join();  // DataComponent calls in progress return
-  work_.reset();     // io threads return once the last handlers ran
+  work_.clear();     // io threads return once the last handlers ran
   for (std::thread& t : io_threads_) t.join();
   io_threads_.clear();
   DLOG_INFO("DC server on port {} stopped", port_.load());

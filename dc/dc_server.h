@@ -2,11 +2,18 @@
 // protocol (protocol/deuteron.thrift), framed binary Thrift as written down
 // in protocol/protocol.md; protocol::RemoteDataComponent is its client.
 //
-// Shape: Boost.Asio owns the sockets. io_threads run the accept loop and
-// every connection's reads, writes and idle timer (each connection on its
-// own strand); worker_threads decode requests, call the DataComponent and
-// encode replies, so a DataComponent call that blocks (an RSSP waiting for a
-// flush) holds one worker, never an io thread or another connection.
+// Shape: Boost.Asio owns the sockets. Each of io_threads runs its own event
+// loop; a connection is placed on one loop at accept (round robin) and its
+// reads, writes and idle timer stay there (on its own strand), so a
+// connection's events never cross threads. Calls that may block (apply,
+// setEsl, proposeRssp: an RSSP waits for a flush; restartTo) go to
+// worker_threads, which decode, call the DataComponent and encode, so such a
+// call holds one worker, never a loop or another connection. The bounded
+// calls that never wait on another (get, multiGet, scan, stats, health) run
+// on the connection's loop: that saves two thread hand-offs, each a ~40 us
+// wake of a halted vCPU on small machines (../shared/LIMITS.md), which at a
+// 256-key multiGet was a third of the call. A read of evicted pages then
+// holds that loop for its disk reads.
 //
 // Per connection: frames are read as they arrive (several may come in one
 // read: pipelining) and queued; requests run one at a time in arrival order

@@ -34,7 +34,7 @@ constexpr const char* kUsage =
     "  --memory-budget B    cache memory budget in bytes (default 0: none)\n"
     "  --max-connections N  connections served at once (default 256)\n"
     "  --idle-timeout-s S   close connections idle this long (default 600)\n"
-    "  --io-threads N       server threads (default 4)\n"
+    "  --io-threads N       event loops, each one thread; reads run on them (default 4)\n"
     "  --help               show this help and exit\n";
 
 int Usage(const char* problem) {

@@ -736,6 +736,53 @@ TEST_CASE("Large values split nodes by bytes", "[dc][bwtree]") {
   RequireCheck(f.tree.get());
 }
 
+// Reads consolidate a leaf holding leaf_read_delta_threshold record deltas
+// foldable under the ESL, and only those: deltas the ESL holds back do not
+// count, so reads do not repeat useless consolidations.
+TEST_CASE("Reads consolidate chains of foldable deltas only", "[dc][bwtree]") {
+  std::atomic<uint64_t> esl{0};
+  BwTreeOptions o;  // one leaf: the default sizes
+  o.leaf_delta_threshold = 100;  // writes never consolidate here
+  o.leaf_read_delta_threshold = 2;
+  o.flush_bound = [&esl] { return esl.load(); };
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  REQUIRE(t->Upsert(Key(1), "a", 1).ok());
+  REQUIRE(t->Upsert(Key(2), "b", 2).ok());
+  REQUIRE(t->Upsert(Key(3), "c", 3).ok());
+  const uint64_t before = t->GetStats().consolidations;
+  // All three above the ESL: reads leave the chain alone.
+  for (int i = 0; i < 5; ++i) REQUIRE(t->Get(Key(2)).ok());
+  CHECK(t->GetStats().consolidations == before);
+  // One foldable delta: still under the threshold.
+  esl = 1;
+  REQUIRE(t->Get(Key(1)).ok());
+  CHECK(t->GetStats().consolidations == before);
+  // Two foldable: the read consolidates (key 3 stays as a kept delta), and
+  // the next read finds one delta, which is not enough again.
+  esl = 2;
+  auto r = t->Get(Key(3));
+  REQUIRE(r.ok());
+  CHECK(r->value == "c");
+  CHECK(t->GetStats().consolidations == before + 1);
+  bool found = false;
+  auto held = t->ReadHeld(Key(1), &found);
+  REQUIRE(held.ok());
+  CHECK(found);
+  CHECK(held->lsn == 1);
+  CHECK(t->GetStats().consolidations == before + 1);
+  // Threshold 0: reads never consolidate.
+  BwTreeOptions off = o;
+  off.leaf_read_delta_threshold = 0;
+  esl = kAll;
+  Fixture g(off);
+  for (uint64_t i = 0; i < 5; ++i) REQUIRE(g.tree->Upsert(Key(i), "v", i + 1).ok());
+  const uint64_t g_before = g.tree->GetStats().consolidations;
+  for (uint64_t i = 0; i < 5; ++i) REQUIRE(g.tree->Get(Key(i)).ok());
+  CHECK(g.tree->GetStats().consolidations == g_before);
+  RequireCheck(t);
+}
+
 TEST_CASE("Nothing above the ESL reaches the LSS", "[dc][bwtree]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);

@@ -99,7 +99,7 @@ class Handler final : public proto::DataComponentServiceIf {
     std::vector<ReadResult> results = Value(dc_->MultiGet(slices));
     out.clear();
     out.reserve(results.size());
-    for (const ReadResult& r : results) out.push_back(proto::ToWire(r));
+    for (ReadResult& r : results) out.push_back(proto::ToWire(std::move(r)));
   }
 
   void scan(proto::ScanResult& out, const proto::ScanRequest& request) override {
@@ -136,15 +136,16 @@ class Handler final : public proto::DataComponentServiceIf {
   DataComponent* const dc_;
 };
 
-// Whether a request payload calls a method cheap enough to run on the
-// connection's strand rather than a worker: the reads and the status calls
-// are bounded (key, multi-get and scan limits) and never wait on another
-// call (during a restart they answer Unavailable at once), so they skip two
-// thread hand-offs. Apply, setEsl, proposeRssp and restartTo may block (an
-// RSSP waits for a flush) and stay on the workers. Looks only at a strict
-// binary message header; anything else goes to a worker, which answers it.
+// Whether a request payload calls a method that runs on the connection's
+// strand rather than a worker: every call whose work is bounded by the
+// request's own limits and that never waits for another call (during a
+// restart they answer Unavailable at once). That skips two thread hand-offs
+// per call. proposeRssp (waits for a flush of every page) and restartTo
+// (recovers the store) stay on the workers, as does anything unknown or
+// not a strict binary header, which a worker answers.
 bool RunsInline(const std::string& payload) {
-  static const std::string_view kInline[] = {"get", "multiGet", "scan", "stats", "health"};
+  static const std::string_view kInline[] = {"apply",  "get",   "multiGet", "scan",
+                                             "setEsl", "stats", "health"};
   if (payload.size() < 8) return false;
   const auto* u = reinterpret_cast<const unsigned char*>(payload.data());
   if (u[0] != 0x80 || u[1] != 0x01) return false;  // not a strict binary header

@@ -5,15 +5,16 @@
 // Shape: Boost.Asio owns the sockets. Each of io_threads runs its own event
 // loop; a connection is placed on one loop at accept (round robin) and its
 // reads, writes and idle timer stay there (on its own strand), so a
-// connection's events never cross threads. Calls that may block (apply,
-// setEsl, proposeRssp: an RSSP waits for a flush; restartTo) go to
-// worker_threads, which decode, call the DataComponent and encode, so such a
-// call holds one worker, never a loop or another connection. The bounded
-// calls that never wait on another (get, multiGet, scan, stats, health) run
-// on the connection's loop: that saves two thread hand-offs, each a ~40 us
-// wake of a halted vCPU on small machines (../shared/LIMITS.md), which at a
-// 256-key multiGet was a third of the call. A read of evicted pages then
-// holds that loop for its disk reads.
+// connection's events never cross threads. The calls that may wait a long
+// time (proposeRssp waits for a flush of every page; restartTo recovers the
+// store) go to worker_threads, which decode, call the DataComponent and
+// encode, so such a call holds one worker, never a loop or another
+// connection. Every other call (apply, get, multiGet, scan, setEsl, stats,
+// health) is bounded by its request's limits and never waits on another
+// call, and runs on the connection's loop: that saves two thread hand-offs,
+// each a ~40 us wake of a halted vCPU on small machines
+// (../shared/LIMITS.md), about a third of a 256-key call. Such a call that
+// meets evicted pages holds its loop for those disk reads.
 //
 // Per connection: frames are read as they arrive (several may come in one
 // read: pipelining) and queued; requests run one at a time in arrival order

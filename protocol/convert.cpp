@@ -143,10 +143,11 @@ ApplyResult ToWire(const ::deuteron::ApplyResult& r) {
   return r;
 }
 
-ReadResult ToWire(const ::deuteron::ReadResult& r) {
+ReadResult ToWire(::deuteron::ReadResult&& r) {
   ReadResult w;
   w.__set_found(r.found);
-  w.__set_value(r.value);
+  w.value = std::move(r.value);  // __set_value would copy
+  w.__isset.value = true;
   w.__set_lsn(Counter(r.lsn));
   return w;
 }

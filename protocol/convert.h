@@ -63,7 +63,7 @@ Result<uint64_t> FromWireLsn(int64_t lsn, const char* what);
 ApplyResult ToWire(const ::deuteron::ApplyResult& r);
 ::deuteron::ApplyResult FromWire(const ApplyResult& r);
 
-ReadResult ToWire(const ::deuteron::ReadResult& r);
+ReadResult ToWire(::deuteron::ReadResult&& r);  // takes the value
 ::deuteron::ReadResult FromWire(ReadResult&& r);
 
 ScanResult ToWire(const ::deuteron::ScanResult& r);

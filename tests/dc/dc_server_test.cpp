@@ -280,38 +280,56 @@ TEST_CASE("Pipelined frames in one write are answered in order", "[dc][server]")
   }
 }
 
-// Reads run on the connection's loop and writes on the workers: a read
-// pipelined behind a write must still see it, and replies keep their order.
-TEST_CASE("Pipelined writes and reads on one connection run in arrival order", "[dc][server]") {
+// proposeRssp runs on a worker and the other calls on the connection's
+// loop: calls pipelined on one connection must still run in arrival order
+// (each sees the effects of those before it) and be answered in that order.
+TEST_CASE("Pipelined calls on one connection run in arrival order", "[dc][server]") {
   Served s;
-  constexpr int kRounds = 30;
+  constexpr int kRounds = 25;
   std::vector<std::string> values;
   for (int i = 0; i < kRounds; ++i) values.push_back("v" + std::to_string(i));
   std::string batch;
   for (int i = 0; i < kRounds; ++i) {
-    proto::DataComponentService_apply_args args;
+    const int64_t lsn = i + 1;
+    proto::DataComponentService_apply_args apply;
     proto::RecordOp op;
     op.kind = proto::RecordOpKind::UPSERT;
     op.key = "k";
     op.value = values[static_cast<size_t>(i)];
-    op.lsn = i + 1;
-    args.request.ops.push_back(op);
-    batch += Frame(EncodeCall("apply", 2 * i, args));
-    batch += GetFrame(2 * i + 1, "k");
+    op.lsn = lsn;
+    apply.request.ops.push_back(op);
+    apply.request.esl = lsn;  // lets the RSSP below reach lsn + 1
+    batch += Frame(EncodeCall("apply", 4 * i, apply));
+    proto::DataComponentService_proposeRssp_args rssp;
+    rssp.rssp = lsn + 1;
+    batch += Frame(EncodeCall("proposeRssp", 4 * i + 1, rssp));
+    batch += Frame(EncodeCall("health", 4 * i + 2, proto::DataComponentService_health_args()));
+    batch += GetFrame(4 * i + 3, "k");
   }
   RawSocket raw = s.Raw();
   REQUIRE(raw.WriteAll(batch));
   for (int i = 0; i < kRounds; ++i) {
     INFO("round " << i);
-    auto applied = raw.ReadFrame();
-    REQUIRE(applied);
-    const auto a = DecodeReply<proto::DataComponentService_apply_result>(*applied);
-    CHECK(a.seqid == 2 * i);
+    auto payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const auto a = DecodeReply<proto::DataComponentService_apply_result>(*payload);
+    CHECK(a.seqid == 4 * i);
     CHECK(a.result.__isset.success);
-    auto read = raw.ReadFrame();
-    REQUIRE(read);
-    const GetReply r = DecodeReply<proto::DataComponentService_get_result>(*read);
-    CHECK(r.seqid == 2 * i + 1);
+    payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const auto p = DecodeReply<proto::DataComponentService_proposeRssp_result>(*payload);
+    CHECK(p.seqid == 4 * i + 1);
+    CHECK(!p.result.__isset.error);
+    payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const auto h = DecodeReply<proto::DataComponentService_health_result>(*payload);
+    CHECK(h.seqid == 4 * i + 2);
+    REQUIRE(h.result.__isset.success);
+    CHECK(h.result.success.rssp == i + 2);  // the proposal before it was honoured
+    payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const GetReply r = DecodeReply<proto::DataComponentService_get_result>(*payload);
+    CHECK(r.seqid == 4 * i + 3);
     REQUIRE(r.result.__isset.success);
     CHECK(r.result.success.value == values[static_cast<size_t>(i)]);
     CHECK(r.result.success.lsn == i + 1);

@@ -187,6 +187,18 @@ std::string TypedErrorReply(const std::string& name, int32_t seqid, const Status
 
 class Connection;
 
+// This thread's reply buffer, empty and reused from call to call: a fresh
+// one grew by doubling, a handful of large allocations per 256-key reply
+// (each consolidating malloc's fast bins of the call's small frees). One
+// that served a reply over kKeptReplyBuffer is dropped afterwards.
+constexpr size_t kKeptReplyBuffer = 1 << 20;
+std::shared_ptr<TMemoryBuffer>& ReplyBuffer() {
+  thread_local std::shared_ptr<TMemoryBuffer> buffer;
+  if (!buffer) buffer = std::make_shared<TMemoryBuffer>(64 * 1024);
+  buffer->resetBuffer();
+  return buffer;
+}
+
 // The io loops: `n` of them (at least one, so that a server whose Start
 // rejects its options can still be built and destroyed). Concurrency hint 1:
 // one thread runs each loop (posts from other threads stay safe).
@@ -639,12 +651,13 @@ std::optional<std::string> DcServer::Impl::Process(std::string& payload) {
                                      fmt::format("message type {} is not a call", static_cast<int>(type)));
       }
       auto in = std::make_shared<TMemoryBuffer>(data, size, TMemoryBuffer::OBSERVE, config_);
-      auto out = std::make_shared<TMemoryBuffer>();  // replies are checked below
+      std::shared_ptr<TMemoryBuffer>& out = ReplyBuffer();  // replies are checked below
       auto iprot = std::make_shared<TBinaryProtocol>(in, options_.string_limit,
                                                      options_.container_limit, true, true);
       auto oprot = std::make_shared<TBinaryProtocol>(out);
       processor_->process(iprot, oprot, nullptr);
       std::string reply = out->getBufferAsString();
+      if (reply.size() > kKeptReplyBuffer) out.reset();  // do not hold on to a rare big one
       if (reply.size() > options_.max_frame_size) {
         return TypedErrorReply(name, seqid,
                                Status::TooLarge(fmt::format("reply of {} bytes over the frame limit of {}",

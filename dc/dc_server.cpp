@@ -230,7 +230,8 @@ class DcServer::Impl {
   asio::thread_pool& workers() { return *workers_; }
   // Decodes one request payload, runs it, and returns the reply payload;
   // nullopt when not even an error reply could be built (close the
-  // connection). Runs on a worker or, for RunsInline calls, a connection strand; never throws.
+  // connection). Runs on a worker or, for RunsInline calls, on the
+  // connection's strand; never throws.
   std::optional<std::string> Process(std::string& payload);
   void Unregister(uint64_t id);
 

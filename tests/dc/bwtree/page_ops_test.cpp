@@ -573,14 +573,19 @@ TEST_CASE("Corrupt chain payloads are Corruption in page ops", "[dc][bwtree]") {
   CHECK(Consolidate(head, 10).status().IsCorruption());
 }
 
-TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
-  auto env = NewMemEnv();
-  auto l = OpenOrDie(env.get());
+// An empty leaf whose keys end below "t", with right sibling 77.
+PageId CreateBoundedLeaf(Llama* l) {
   BaseHeader h;
   h.high_infinite = false;
   h.high_key = "t";
   h.right_sibling = 77;
-  const PageId pid = CreatePage(l.get(), EncodeLeafBase(h, {}));
+  return CreatePage(l, EncodeLeafBase(h, {}));
+}
+
+TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenOrDie(env.get());
+  const PageId pid = CreateBoundedLeaf(l.get());
   auto g = l->Enter();
   auto route = [&](Slice key, bool through_remove = false) {
     auto r = RouteOf(ReadHead(l.get(), pid), key, through_remove);
@@ -617,11 +622,7 @@ TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
 TEST_CASE("Plain chains are known without a walk only while plain", "[dc][bwtree]") {
   auto env = NewMemEnv();
   auto l = OpenOrDie(env.get());
-  BaseHeader h;
-  h.high_infinite = false;
-  h.high_key = "t";
-  h.right_sibling = 77;
-  const PageId pid = CreatePage(l.get(), EncodeLeafBase(h, {}));
+  const PageId pid = CreateBoundedLeaf(l.get());
   auto g = l->Enter();
   auto base_of = [](const PageNode* n) {
     while (n != nullptr && n->kind != NodeKind::kBase) n = n->next;

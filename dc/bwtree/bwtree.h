@@ -51,7 +51,10 @@ struct BwTreeOptions {
   Limits limits;
   // Consolidate a node when its chain holds more than this many deltas.
   size_t leaf_delta_threshold = 4;
-  size_t inner_delta_threshold = 1;  // inner chains are walked by every descent
+  // Inner chains are walked by every descent, and gain a delta only per
+  // split or merge below them: 0 consolidates at once (bwtree_bench: ~10-20%
+  // more lookups and inserts at 2 threads than 1).
+  size_t inner_delta_threshold = 0;
   // A read (Get, GetLsn, ReadHeld) consolidates the leaf it read when the
   // leaf's chain holds at least this many record deltas that consolidation
   // may fold (LSN <= flush_bound()); 0: reads never consolidate. Each delta

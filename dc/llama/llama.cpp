@@ -57,10 +57,6 @@ struct Llama::ChainInfo {
 
 namespace {
 
-size_t NodeBytes(const PageNode* n) {
-  return n->is_data() ? sizeof(PageNode) + n->size : sizeof(FlushNode);
-}
-
 // Node memory. Every consolidation frees a chain and allocates one, every
 // record delta is a small allocation, and a chain is often freed by another
 // thread than the one that allocated it (glibc then takes the allocating
@@ -150,6 +146,19 @@ bool NodeCache::Put(void* block, size_t index, size_t size) {
   ++counts[index];
   bytes += size;
   return true;
+}
+
+// The bytes a node of `bytes` really occupies: its class size when cached
+// blocks serve it. The memory budget counts these, so that rounding up to
+// a class (up to a quarter more) cannot carry usage past the budget.
+size_t AllocatedBytes(size_t bytes) {
+  size_t index = 0, size = 0;
+  if (kNodeCache && NodeClass(bytes, &index, &size)) return size;
+  return bytes;
+}
+
+size_t NodeBytes(const PageNode* n) {
+  return AllocatedBytes(n->is_data() ? sizeof(PageNode) + n->size : sizeof(FlushNode));
 }
 
 void* AllocateNode(size_t bytes) {
@@ -366,7 +375,7 @@ PageNode* Llama::NewNode(NodeKind kind, size_t payload_size, uint64_t tag) {
   auto* n = new (mem) PageNode{kind, 0, 0, static_cast<uint32_t>(payload_size), 0, tag,
                                nullptr, kNullAddress, nullptr};
   if (kind == NodeKind::kBase) n->base_hint = n;
-  memory_->Add(static_cast<int64_t>(sizeof(PageNode) + payload_size));
+  memory_->Add(static_cast<int64_t>(NodeBytes(n)));
   MaybeEnforceBudget();
   return n;
 }
@@ -375,7 +384,7 @@ FlushNode* Llama::NewFlushNode(NodeKind kind) {
   void* mem = AllocateNode(sizeof(FlushNode));
   auto* n = new (mem) FlushNode{};
   n->kind = kind;
-  memory_->Add(static_cast<int64_t>(sizeof(FlushNode)));
+  memory_->Add(static_cast<int64_t>(NodeBytes(n)));
   return n;
 }
 

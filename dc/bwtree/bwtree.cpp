@@ -449,6 +449,9 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
 Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
   const size_t threshold = options_.leaf_read_delta_threshold;
   if (threshold == 0) return Status::OK();
+  // A plain chain knows its record deltas without a walk: too few to fold
+  // ends it here (the common read of a consolidated leaf).
+  if (size_t deltas = 0; PlainDeltas(head, &deltas) && deltas < threshold) return Status::OK();
   // Record deltas foldable under the ESL; any other delta (a split, a
   // merge) leaves the chain to the writers' restructuring.
   size_t foldable = 0;
@@ -471,38 +474,34 @@ Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
   return MaybeRestructure(pid, 0);
 }
 
-Result<Record> BwTree::Get(Slice key) {
+Status BwTree::LocateForRead(Slice key, Located* loc) {
   RETURN_IF_ERROR(CheckKey(options_.limits, key));
-  auto guard = llama_->Enter();
   counters_->reads.Add();
+  RETURN_IF_ERROR(Locate(key, loc));
+  // A consolidation retires the old chain through the epoch: loc's slices
+  // stay valid under the caller's guard.
+  return MaybeConsolidateOnRead(loc->pid, loc->head);
+}
+
+Result<Record> BwTree::Get(Slice key) {
+  auto guard = llama_->Enter();
   Located loc;
-  RETURN_IF_ERROR(Locate(key, &loc));
-  if (loc.r.outcome != LookupOutcome::kFound) {
-    RETURN_IF_ERROR(MaybeConsolidateOnRead(loc.pid, loc.head));
-    return Status::NotFound("key not found");
-  }
-  Record record{loc.r.value.ToString(), loc.r.lsn};
-  RETURN_IF_ERROR(MaybeConsolidateOnRead(loc.pid, loc.head));
-  return record;
+  RETURN_IF_ERROR(LocateForRead(key, &loc));
+  if (loc.r.outcome != LookupOutcome::kFound) return Status::NotFound("key not found");
+  return Record{loc.r.value.ToString(), loc.r.lsn};
 }
 
 Result<uint64_t> BwTree::GetLsn(Slice key) {
-  RETURN_IF_ERROR(CheckKey(options_.limits, key));
   auto guard = llama_->Enter();
-  counters_->reads.Add();
   Located loc;
-  RETURN_IF_ERROR(Locate(key, &loc));
-  RETURN_IF_ERROR(MaybeConsolidateOnRead(loc.pid, loc.head));
+  RETURN_IF_ERROR(LocateForRead(key, &loc));
   return loc.r.outcome == LookupOutcome::kNotFound ? 0 : loc.r.lsn;
 }
 
 Result<Record> BwTree::ReadHeld(Slice key, bool* found) {
-  RETURN_IF_ERROR(CheckKey(options_.limits, key));
   auto guard = llama_->Enter();
-  counters_->reads.Add();
   Located loc;
-  RETURN_IF_ERROR(Locate(key, &loc));
-  RETURN_IF_ERROR(MaybeConsolidateOnRead(loc.pid, loc.head));
+  RETURN_IF_ERROR(LocateForRead(key, &loc));
   *found = loc.r.outcome == LookupOutcome::kFound;
   if (*found) return Record{loc.r.value.ToString(), loc.r.lsn};
   return Record{std::string(), loc.r.outcome == LookupOutcome::kDeleted ? loc.r.lsn : 0};
@@ -628,13 +627,7 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     ConsolidatedPage page;
     ASSIGN_OR_RETURN(PageNode* chain,
                      ConsolidateChain(llama_, head, FlushBound(), PurgeBound(), &page));
-    if (!llama_->UpdateR(pid, head, chain)) {
-      llama_->DiscardChain(chain);
-      counters_->failed_consolidations.Add();
-      return Status::OK();
-    }
-    counters_->consolidations.Add();
-    *installed = true;
+    *installed = InstallConsolidated(pid, head, chain);
     return Status::OK();
   }
   LeafImage image;
@@ -656,15 +649,8 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     if (image.removed) return Status::OK();
   }
   ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(image, FlushBound(), PurgeBound()));
-  PageNode* chain = BuildChain(llama_, page);
-  if (!llama_->UpdateR(pid, head, chain)) {
-    llama_->DiscardChain(chain);
-    counters_->failed_consolidations.Add();
-    return Status::OK();
-  }
-  counters_->consolidations.Add();
-  *installed = true;
-  if (image.merged.empty()) return Status::OK();
+  *installed = InstallConsolidated(pid, head, BuildChain(llama_, page));
+  if (!*installed || image.merged.empty()) return Status::OK();
   // The merged siblings' records now live in this page's new base. Write it
   // before the siblings' frees, so that no recovery sees a free without the
   // base that replaced the freed state (the LSS is stable in prefix order).
@@ -692,15 +678,18 @@ Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, bool* installe
   InnerImage image;
   RETURN_IF_ERROR(GatherInner(head, &image));
   const std::string base = EncodeInnerBase(image.header, image.entries);
-  PageNode* node = MakeNode(llama_, NodeKind::kBase, base, 0);
-  if (!llama_->UpdateR(pid, head, node)) {
-    llama_->DiscardChain(node);
+  *installed = InstallConsolidated(pid, head, MakeNode(llama_, NodeKind::kBase, base, 0));
+  return Status::OK();
+}
+
+bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* chain) {
+  if (!llama_->UpdateR(pid, head, chain)) {
+    llama_->DiscardChain(chain);
     counters_->failed_consolidations.Add();
-    return Status::OK();
+    return false;
   }
   counters_->consolidations.Add();
-  *installed = true;
-  return Status::OK();
+  return true;
 }
 
 Status BwTree::FreePage(PageId pid) {

@@ -256,6 +256,10 @@ class BwTree {
   // answer's outcome is kNotFound and its hint kNoHint, whatever the key's
   // state.
   Status Locate(Slice key, Located* out, bool need_record = true);
+  // A point read's Locate: checks the key, counts the read, and consolidates
+  // the leaf when MaybeConsolidateOnRead says so. REQUIRES: the caller's
+  // epoch guard, for as long as it uses *out.
+  Status LocateForRead(Slice key, Located* out);
   // Snapshot of the leaf holding `key` (or the largest key below it).
   Status ReadLeaf(Slice key, bool before, Leaf* leaf);
 
@@ -264,6 +268,9 @@ class BwTree {
   Status MaybeRestructure(PageId pid, uint32_t level);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
   Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
+  // Installs a consolidated `chain` over `head` by Update-R, counting the
+  // outcome; a lost race discards the chain. True when installed.
+  bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);
   Status SplitNode(PageId pid, uint32_t level);
   // Posts [separator, ...) -> right in the parent level for the range that
   // routes `separator` to `left`; with `span`, also every following range

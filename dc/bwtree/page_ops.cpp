@@ -15,6 +15,29 @@ namespace {
 
 Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
 
+// Gathering a chain newest first: `cut` is the lowest separator of a split
+// or merge met so far (older keys at or above it left the page), and the
+// page's high key and right sibling come from the newest split, or from the
+// base when no split delta set them (*range_set).
+bool BelowCut(const std::optional<Slice>& cut, Slice key) { return !cut || key < *cut; }
+void LowerCut(std::optional<Slice>* cut, Slice s) {
+  if (BelowCut(*cut, s)) *cut = s;
+}
+void RangeFromSplit(const DeltaView& split, bool* range_set, BaseHeader* header) {
+  if (*range_set) return;
+  *range_set = true;
+  header->high_infinite = false;
+  header->high_key = split.key;
+  header->right_sibling = split.pid;
+}
+void RangeFromBase(const BaseHeader& base, bool* range_set, BaseHeader* header) {
+  if (*range_set) return;
+  *range_set = true;
+  header->high_infinite = base.high_infinite;
+  header->high_key = base.high_key;
+  header->right_sibling = base.right_sibling;
+}
+
 // Split, merge and remove-node deltas, the same in leaf and inner chains: a
 // split or merge at or below the key sends the search to the other page; a
 // removed node is left. True when `d` decided the search (written to `out`,
@@ -276,11 +299,6 @@ struct Gatherer {
   LeafImage* out;
   bool range_set = false;  // a newer split/merge already fixed the high key
 
-  static bool Below(const std::optional<Slice>& cut, Slice key) { return !cut || key < *cut; }
-  static void Lower(std::optional<Slice>* cut, Slice s) {
-    if (!*cut || s < **cut) *cut = s;
-  }
-
   Status Chain(const PageNode* head, bool own, std::optional<Slice> cut) {
     bool first_data = true;
     for (const PageNode* n = head; n != nullptr; n = n->next) {
@@ -289,7 +307,7 @@ struct Gatherer {
         const bool top = first_data;
         first_data = false;
         if (IsRecordDelta(d.type)) {
-          if (Below(cut, d.key)) {
+          if (BelowCut(cut, d.key)) {
             out->deltas.push_back(LeafImage::Delta{d, n->tag});
           } else {
             ++out->dropped;
@@ -302,13 +320,8 @@ struct Gatherer {
             if (own) out->removed = true;
             break;
           case DeltaType::kSplit:
-            if (!range_set) {
-              range_set = true;
-              out->header.high_infinite = false;
-              out->header.high_key = d.key;
-              out->header.right_sibling = d.pid;
-            }
-            Lower(&cut, d.key);
+            RangeFromSplit(d, &range_set, &out->header);
+            LowerCut(&cut, d.key);
             break;
           case DeltaType::kMerge: {
             if (!read) return Status::NotSupported("bw-tree: gathering a merge without a reader");
@@ -316,7 +329,7 @@ struct Gatherer {
             if (sibling == nullptr) return Status::Corruption("bw-tree: merged sibling has no state");
             out->merged.push_back(d.pid);
             RETURN_IF_ERROR(Chain(sibling, /*own=*/false, cut));
-            Lower(&cut, d.key);
+            LowerCut(&cut, d.key);
             break;
           }
           default:
@@ -326,12 +339,7 @@ struct Gatherer {
         ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(n)));
         if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: gathering an inner node");
         if (own) out->header.low_key = base.header().low_key;
-        if (!range_set) {
-          range_set = true;
-          out->header.high_infinite = base.header().high_infinite;
-          out->header.high_key = base.header().high_key;
-          out->header.right_sibling = base.header().right_sibling;
-        }
+        RangeFromBase(base.header(), &range_set, &out->header);
         out->base_tag = std::max(out->base_tag, n->tag);
         const size_t before = out->base.size();
         RETURN_IF_ERROR(base.AppendRecords(&out->base, cut ? &*cut : nullptr));
@@ -446,16 +454,11 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
     switch (d.type) {
       case DeltaType::kIndexEntry:
       case DeltaType::kIndexTermDelete:
-        if (!cut || d.key < *cut) index.push_back(d);
+        if (BelowCut(cut, d.key)) index.push_back(d);
         break;
       case DeltaType::kSplit:
-        if (!range_set) {
-          range_set = true;
-          out->header.high_infinite = false;
-          out->header.high_key = d.key;
-          out->header.right_sibling = d.pid;
-        }
-        if (!cut || d.key < *cut) cut = d.key;
+        RangeFromSplit(d, &range_set, &out->header);
+        LowerCut(&cut, d.key);
         break;
       case DeltaType::kMerge:
       case DeltaType::kRemoveNode:
@@ -471,11 +474,7 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
   out->header.type = NodeType::kInner;
   out->header.level = h.level;
   out->header.low_key = h.low_key;
-  if (!range_set) {
-    out->header.high_infinite = h.high_infinite;
-    out->header.high_key = h.high_key;
-    out->header.right_sibling = h.right_sibling;
-  }
+  RangeFromBase(h, &range_set, &out->header);
   std::vector<InnerEntry> entries;
   entries.reserve(base.count() + index.size());
   for (size_t i = 0; i < base.count(); ++i) {
@@ -616,19 +615,14 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
     ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
     if (IsRecordDelta(d.type)) {
       if (from != nullptr && d.key < *from) continue;  // not in the part kept
-      if (!cut || d.key < *cut) {
+      if (BelowCut(cut, d.key)) {
         image.deltas.push_back(LeafImage::Delta{d, n->tag});
       } else {
         ++image.dropped;
       }
     } else if (d.type == DeltaType::kSplit) {
-      if (!range_set) {
-        range_set = true;
-        image.header.high_infinite = false;
-        image.header.high_key = d.key;
-        image.header.right_sibling = d.pid;
-      }
-      if (!cut || d.key < *cut) cut = d.key;
+      RangeFromSplit(d, &range_set, &image.header);
+      LowerCut(&cut, d.key);
     } else {
       return ConsolidatedPage();  // merge, remove-node (or corrupt): not simple
     }
@@ -638,11 +632,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
   if (!base.is_leaf()) return ConsolidatedPage();
   *simple = true;
   image.header.low_key = from != nullptr ? *from : base.header().low_key;
-  if (!range_set) {
-    image.header.high_infinite = base.header().high_infinite;
-    image.header.high_key = base.header().high_key;
-    image.header.right_sibling = base.header().right_sibling;
-  }
+  RangeFromBase(base.header(), &range_set, &image.header);
   image.header.type = NodeType::kLeaf;
   image.header.level = 0;
 

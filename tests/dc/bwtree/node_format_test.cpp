@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,62 @@ TEST_CASE("Leaf base round trip and search", "[dc][bwtree]") {
       auto wrong = view->Find(k < 0 ? std::string("a") : Key(k), 0, want == 0 ? 0 : want - 1);
       REQUIRE(wrong.ok());
       CHECK(wrong->index == want);
+    }
+  }
+}
+
+// Find over bases bounded on both sides, with the keys spread evenly, bunched
+// at the bottom or the top of the range, or in two clumps: every key, every
+// point around one, and points spread over the range find their lower bound.
+TEST_CASE("Find is exact however the keys sit between the bounds", "[dc][bwtree]") {
+  const auto be = [](uint64_t v) {
+    std::string s(8, '\0');
+    for (int b = 7; b >= 0; --b, v >>= 8) s[static_cast<size_t>(b)] = static_cast<char>(v & 0xff);
+    return s;
+  };
+  const uint64_t low = 1000000, high = low + (uint64_t{1} << 40);
+  const uint64_t span = high - low;
+  struct Layout {
+    const char* name;
+    std::function<uint64_t(uint64_t i, uint64_t n)> at;
+  };
+  const std::vector<Layout> layouts = {
+      {"even", [&](uint64_t i, uint64_t n) { return low + 1 + i * (span / n); }},
+      {"bottom", [&](uint64_t i, uint64_t) { return low + 1 + i * 7; }},
+      {"top", [&](uint64_t i, uint64_t n) { return high - 1 - (n - i) * 7; }},
+      {"two clumps", [&](uint64_t i, uint64_t n) {
+         return i < n / 2 ? low + 1 + i * 3 : high - 1 - (n - i) * 3;
+       }},
+  };
+  for (const Layout& layout : layouts) {
+    for (uint64_t n : {30u, 64u, 128u, 500u}) {
+      INFO(layout.name << " n " << n);
+      std::vector<uint64_t> keys;
+      for (uint64_t i = 0; i < n; ++i) keys.push_back(layout.at(i, n));
+      REQUIRE(std::is_sorted(keys.begin(), keys.end()));
+      std::vector<std::string> key_bytes, values;
+      std::vector<LeafRecord> records;
+      for (uint64_t k : keys) key_bytes.push_back(be(k));
+      for (uint64_t i = 0; i < n; ++i) {
+        records.push_back(LeafRecord{key_bytes[i], "v", i + 1, false});
+      }
+      const std::string low_key = be(low), high_key = be(high);
+      const std::string payload = EncodeLeafBase(LeafHeader(low_key, high_key, 7), records);
+      auto view = BaseView::Parse(payload);
+      REQUIRE(view.ok());
+      REQUIRE(view->Validate().ok());
+      // Every key, the points just around it, and points spread evenly.
+      std::vector<uint64_t> probes = {low, high - 1};
+      for (uint64_t k : keys) probes.insert(probes.end(), {k - 1, k, k + 1});
+      for (uint64_t j = 0; j < 200; ++j) probes.push_back(low + j * (span / 200));
+      for (uint64_t p : probes) {
+        const auto want = static_cast<size_t>(
+            std::lower_bound(keys.begin(), keys.end(), p) - keys.begin());
+        auto pos = view->Find(be(p));
+        REQUIRE(pos.ok());
+        REQUIRE(pos->index == want);
+        REQUIRE(pos->exact == (want < keys.size() && keys[want] == p));
+      }
     }
   }
 }

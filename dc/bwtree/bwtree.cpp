@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "common/coding.h"
 #include "common/metrics.h"
@@ -649,28 +650,39 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     if (image.removed) return Status::OK();
   }
   ASSIGN_OR_RETURN(ConsolidatedPage page, Consolidate(image, FlushBound(), PurgeBound()));
-  *installed = InstallConsolidated(pid, head, BuildChain(llama_, page));
-  if (!*installed || image.merged.empty()) return Status::OK();
-  // The merged siblings' records now live in this page's new base. Write it
-  // before the siblings' frees, so that no recovery sees a free without the
-  // base that replaced the freed state (the LSS is stable in prefix order).
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    const uint64_t bound = FlushBound();  // the annotation: never below the bound
-    Result<llama::FlushResult> flushed = llama_->Flush(pid, bound, bound);
-    if (!flushed.ok()) {
-      if (!flushed.status().IsNotFound()) return flushed.status();
-      // This page was merged away and freed meanwhile: its left neighbour,
-      // which now holds the records, was written before that free.
-      for (PageId r : image.merged) RETURN_IF_ERROR(FreePage(r));
-      return Status::OK();
-    }
-    const llama::FlushResult& f = *flushed;
-    if (f.outcome == llama::FlushOutcome::kRaced) continue;
-    if (f.outcome == llama::FlushOutcome::kBlocked) return Status::OK();  // keep the siblings
-    for (PageId r : image.merged) RETURN_IF_ERROR(FreePage(r));
+  PageNode* chain = BuildChain(llama_, page);
+  if (image.merged.empty()) {
+    *installed = InstallConsolidated(pid, head, chain);
     return Status::OK();
   }
-  return Status::OK();  // the siblings stay allocated (unreachable): a leak, not a loss
+  // The merged siblings' records now live in this page's new base. One
+  // system transaction installs it and frees the siblings: its record holds
+  // the new base and the frees, so no recovery sees either without the
+  // other (a free without the base would lose records; the base without the
+  // free would leak the siblings' PIDs).
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  for (PageId r : image.merged) {
+    if (!llama_->TFree(txn.get(), r).ok()) {
+      // Freed meanwhile: another consolidation of this page folded it in,
+      // so `head` is stale and the commit could not succeed anyway.
+      llama_->TAbort(txn.get());
+      llama_->DiscardChain(chain);
+      counters_->failed_consolidations.Add();
+      return Status::OK();
+    }
+  }
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, chain, bound, bound);
+  if (!committed.ok() || !*committed) {
+    llama_->TAbort(txn.get());
+    llama_->DiscardChain(chain);
+    counters_->failed_consolidations.Add();
+    return committed.status();
+  }
+  counters_->consolidations.Add();
+  counters_->pages_freed.Add(image.merged.size());
+  *installed = true;
+  return Status::OK();
 }
 
 Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, bool* installed) {
@@ -690,23 +702,6 @@ bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* cha
   }
   counters_->consolidations.Add();
   return true;
-}
-
-Status BwTree::FreePage(PageId pid) {
-  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
-  Status s = llama_->TFree(txn.get(), pid);
-  if (!s.ok()) {
-    llama_->TAbort(txn.get());
-    return s;
-  }
-  const uint64_t bound = FlushBound();  // the annotation: never below the bound
-  Result<bool> c = llama_->TCommit(txn.get(), 0, nullptr, nullptr, bound, bound);
-  if (!c.ok() || !*c) {
-    llama_->TAbort(txn.get());
-    return c.ok() ? Status::Internal("bw-tree: free commit failed") : c.status();
-  }
-  counters_->pages_freed.Add();
-  return Status::OK();
 }
 
 // ---- Splits ----------------------------------------------------------------------------
@@ -1370,6 +1365,9 @@ Status BwTree::Check() {
   ASSIGN_OR_RETURN(BaseView root_base, BaseOf(root_head));
   PageId leftmost = root();
   std::vector<std::pair<std::string, Record>> leaf_records;
+  // Every page the walk reaches: the meta page, each level's sibling chain,
+  // and the leaves merged into a neighbour not yet consolidated.
+  std::unordered_set<PageId> reached = {kMetaPid};
   for (int level = root_base.header().level; level >= 0; --level) {
     PageId pid = leftmost;
     std::string prev_high;  // the previous node's high key: this node's low
@@ -1380,6 +1378,7 @@ Status BwTree::Check() {
       if (++visited > high_water) return fail(pid, "sibling chain has a cycle");
       ASSIGN_OR_RETURN(const PageNode* head, llama_->Read(pid));
       if (head == nullptr) return fail(pid, "no state");
+      reached.insert(pid);
       // Every base on the chain must decode and be internally ordered.
       for (const PageNode* n = head; n != nullptr; n = n->next) {
         if (n->kind != NodeKind::kBase) continue;
@@ -1393,6 +1392,7 @@ Status BwTree::Check() {
         LeafImage image;
         RETURN_IF_ERROR(GatherLeaf(head, Reader(), &image));
         h = image.header;
+        reached.insert(image.merged.begin(), image.merged.end());
         ASSIGN_OR_RETURN(std::vector<LeafRecord> records, VisibleRecords(image));
         for (size_t i = 0; i < records.size(); ++i) {
           const Slice k = records[i].key;
@@ -1435,6 +1435,14 @@ Status BwTree::Check() {
       pid = h.right_sibling;
     }
     leftmost = next_leftmost;
+  }
+  // No page is allocated but out of the tree's reach (a leak: nothing could
+  // ever free it).
+  const llama::MappingTable* table = llama_->mapping_table();
+  for (PageId pid = 1; pid < high_water; ++pid) {
+    if (!llama::MappingTable::IsFree(table->Load(pid)) && reached.count(pid) == 0) {
+      return fail(pid, "allocated but not reachable from the root (leaked)");
+    }
   }
   // Every key is found again from the root, with the same value and LSN.
   for (const auto& [key, rec] : leaf_records) {

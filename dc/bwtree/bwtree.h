@@ -16,7 +16,8 @@
 //    PID on the meta page.
 //  - Merge of an underfull leaf R into its left neighbour L: a remove-node
 //    delta on R, a merge delta on L, index-term-delete deltas on the
-//    parents; R is freed once L's consolidation has folded R's state in.
+//    parents; L's consolidation folds R's state in and frees R in one
+//    system transaction.
 //  - A thread that meets an unfinished step (a split without its index
 //    entry, a removed node without its merge) completes it before going on;
 //    no thread waits for another.
@@ -203,7 +204,8 @@ class BwTree {
   // entry's start (a correct B-link entry point);
   // and every key in every leaf is found again by a search from the root.
   // Missing index entries (a split whose post was lost in a crash) are
-  // allowed: B-link right moves reach those nodes.
+  // allowed: B-link right moves reach those nodes. Every allocated page must
+  // be reached by this walk (else it leaked).
   // REQUIRES: no concurrent writers.
   Status Check();
 
@@ -297,7 +299,6 @@ class BwTree {
   Status CompleteMerge(PageId removed);
   Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
                                         const llama::PageNode** left_head, bool* merged_in);
-  Status FreePage(PageId pid);
 
   void NoteChain(const llama::PageNode* head);
   // After a read of the leaf `pid` at state `head`: restructures it

@@ -703,8 +703,7 @@ bool Llama::UpdateD(PageId pid, const PageNode* expected, PageNode* delta) {
   return false;
 }
 
-bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
-  uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
+void Llama::PrepareReplacement(const PageNode* expected, PageNode* state) {
   // Number the new chain above the old one, and remember where the old
   // state is in the LSS: until the new base is flushed, that is the page's
   // durable state (checkpoints and the cleaner need it).
@@ -724,6 +723,11 @@ bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
   ChainInfo info;
   AnalyzeChain(expected, &info);
   base->prior = info.lss_head;
+}
+
+bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
+  uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
+  PrepareReplacement(expected, state);
   if (mapping_->Cas(pid, exp, MappingTable::FromPointer(state))) {
     RetireChain(expected);
     return true;
@@ -1039,9 +1043,23 @@ struct PagePlan {
 
 Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected,
                             PageNode* final_delta, uint64_t max_tag, uint64_t annotation) {
+  return CommitTxn(txn, pid, expected, final_delta, /*replace=*/false, max_tag, annotation);
+}
+
+Result<bool> Llama::TCommitReplace(SystemTxn* txn, PageId pid, const PageNode* expected,
+                                   PageNode* state, uint64_t max_tag, uint64_t annotation) {
+  assert(pid != 0 && state != nullptr);
+  return CommitTxn(txn, pid, expected, state, /*replace=*/true, max_tag, annotation);
+}
+
+Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expected,
+                              PageNode* final_delta, bool replace, uint64_t max_tag,
+                              uint64_t annotation) {
   assert(!txn->finished_);
   assert((pid == 0) == (final_delta == nullptr));
-  if (final_delta != nullptr) {
+  if (replace) {
+    PrepareReplacement(expected, final_delta);  // a whole chain, as Update-R installs
+  } else if (final_delta != nullptr) {
     final_delta->next = const_cast<PageNode*>(expected);
     final_delta->seq = expected != nullptr ? expected->seq + 1 : 1;
     final_delta->base_hint = BaseHintBelow(expected);
@@ -1138,10 +1156,15 @@ Result<bool> Llama::TCommit(SystemTxn* txn, PageId pid, const PageNode* expected
     if (!mapping_->Cas(pid, e, desired)) {
       undo(installed);
       lss_->Void(r);
-      final_delta->next = nullptr;
-      update_d_failures_.fetch_add(1, std::memory_order_relaxed);
+      if (replace) {
+        update_r_failures_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        final_delta->next = nullptr;
+        update_d_failures_.fetch_add(1, std::memory_order_relaxed);
+      }
       return false;
     }
+    if (replace) RetireChain(expected);
   }
 
   // Committed in memory; copy the records (LLAMA 5.3.1).

@@ -218,6 +218,15 @@ class Llama {
   // cannot be flushed under `max_tag` (its base tag is above it).
   Result<bool> TCommit(SystemTxn* txn, PageId pid, const PageNode* expected,
                        PageNode* final_delta, uint64_t max_tag, uint64_t annotation);
+  // As TCommit, but the final update is an Update-R: `state` (a chain ending
+  // in its base, as for UpdateR) replaces the page's chain `expected`. The
+  // new state is written in the transaction record with the rest, so it and
+  // the transaction's frees become stable together (a merge: the absorbing
+  // page's new base and the absorbed pages' frees). False when the CAS
+  // failed: nothing was installed, `state` is still the caller's, and the
+  // transaction stays open.
+  Result<bool> TCommitReplace(SystemTxn* txn, PageId pid, const PageNode* expected,
+                              PageNode* state, uint64_t max_tag, uint64_t annotation);
   // Undoes the transaction in memory: its new pages are freed.
   void TAbort(SystemTxn* txn);
 
@@ -304,6 +313,13 @@ class Llama {
   void RunDeferredWork();
 
   static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // Numbers a replacement chain above `expected` and records the old state's
+  // LSS place on its base (Update-R's preparation).
+  void PrepareReplacement(const PageNode* expected, PageNode* state);
+  // TCommit and TCommitReplace (replace: final_delta is a whole new chain).
+  Result<bool> CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expected,
+                         PageNode* final_delta, bool replace, uint64_t max_tag,
+                         uint64_t annotation);
   // Raises max_annotation_ to `annotation`. Called before the record's
   // reservation is committed, so a checkpoint whose RSP is past the record
   // sees it.

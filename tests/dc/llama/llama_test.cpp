@@ -313,6 +313,50 @@ TEST_CASE("System transactions commit atomically and abort in memory", "[dc][lla
   CHECK(l->Read(freed).status().IsNotFound());
 }
 
+// A merge's commit: the absorbing page's new chain replaces its old one and
+// the absorbed page is freed, in one transaction record, replayed whole.
+TEST_CASE("A replacing commit installs a chain and frees pages together", "[dc][llama][txn]") {
+  auto mem = NewMemEnv();
+  PageId left, absorbed;
+  {
+    auto l = OpenOrDie(mem.get());
+    left = CreatePage(l.get(), "left");
+    absorbed = CreatePage(l.get(), "right");
+    AddDelta(l.get(), left, "merge<-right", 0);
+    auto g = l->Enter();
+    auto txn = l->TBegin();
+    REQUIRE(l->TFree(txn.get(), absorbed).ok());
+    auto stale = l->Read(left);
+    REQUIRE(stale.ok());
+    PageNode* chain = MakeNode(l.get(), NodeKind::kDelta, "young", 500);
+    chain->next = MakeNode(l.get(), NodeKind::kBase, "left+right", 0);
+    AddDelta(l.get(), left, "meanwhile", 3);  // makes `stale` stale
+    auto c1 = l->TCommitReplace(txn.get(), left, *stale, chain, 100, 100);
+    REQUIRE(c1.ok());
+    CHECK_FALSE(*c1);  // nothing installed, nothing freed, still open
+    CHECK(l->Read(absorbed).ok());
+    CHECK(ReadContents(l.get(), left) ==
+          std::vector<std::string>{"meanwhile@3", "merge<-right@0", "left@0"});
+    auto fresh = l->Read(left);
+    REQUIRE(fresh.ok());
+    auto c2 = l->TCommitReplace(txn.get(), left, *fresh, chain, 100, 100);
+    REQUIRE(c2.ok());
+    CHECK(*c2);
+    CHECK(ReadContents(l.get(), left) == std::vector<std::string>{"young@500", "left+right@0"});
+    CHECK(l->Read(absorbed).status().IsNotFound());
+    // Recovery must replay the record (no closing checkpoint): the new base
+    // and the free come back together; the delta above the bound does not.
+    REQUIRE(l->MakeStable(l->Tail()).ok());
+    l->TEST_SkipCloseOnDestroy();
+  }
+  LlamaOptions o = SmallOptions();
+  o.checkpoint_on_close = false;
+  auto l = OpenOrDie(mem.get(), o);
+  CHECK(ReadContents(l.get(), left) == std::vector<std::string>{"left+right@0"});
+  auto g = l->Enter();
+  CHECK(l->Read(absorbed).status().IsNotFound());
+}
+
 TEST_CASE("Checkpoint plus replay recovers every page", "[dc][llama][checkpoint]") {
   auto mem = NewMemEnv();
   std::map<PageId, std::vector<std::string>> expected;

@@ -412,11 +412,15 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
             }
             ASSIGN_OR_RETURN(LookupResult r2, look(*sib, true));
             if (r2.outcome == LookupOutcome::kRedirect) {
-              if (r2.redirect_kind != RedirectKind::kSibling) {
+              if (r2.redirect_kind == RedirectKind::kMerge) {
                 restart = true;
                 break;
               }
-              pid = r2.redirect;  // past the merged range: the B-link sibling
+              // Past the merged range: the B-link sibling, or the right half
+              // of a split of the merged page. A merge delta that survived a
+              // crash without its remove-node leaves the merged page live,
+              // so it may split; restarting here would never settle.
+              pid = r2.redirect;
             } else {
               r2.hint = kNoHint;  // a delta goes on this page, over its own base
               NoteChain(head);
@@ -1093,7 +1097,9 @@ Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low,
           Result<const PageNode*> sib = llama_->Read(r.redirect);
           if (!sib.ok() || *sib == nullptr) return LeftOutcome::kRetry;
           ASSIGN_OR_RETURN(LookupResult r2, RouteOf(*sib, low, true));
-          if (r2.outcome != LookupOutcome::kRedirect || r2.redirect_kind != RedirectKind::kSibling) {
+          // As in Locate: past the merged range by its sibling link or by
+          // a split of the merged page (live after a crash, see there).
+          if (r2.outcome != LookupOutcome::kRedirect || r2.redirect_kind == RedirectKind::kMerge) {
             return LeftOutcome::kRetry;
           }
           if (r2.redirect == removed) {

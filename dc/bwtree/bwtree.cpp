@@ -665,24 +665,20 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   // other (a free without the base would lose records; the base without the
   // free would leak the siblings' PIDs).
   std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
-  for (PageId r : image.merged) {
-    if (!llama_->TFree(txn.get(), r).ok()) {
-      // Freed meanwhile: another consolidation of this page folded it in,
-      // so `head` is stale and the commit could not succeed anyway.
-      llama_->TAbort(txn.get());
-      llama_->DiscardChain(chain);
-      counters_->failed_consolidations.Add();
-      return Status::OK();
-    }
-  }
-  const uint64_t bound = FlushBound();  // the annotation: never below the bound
-  Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, chain, bound, bound);
-  if (!committed.ok() || !*committed) {
+  auto give_up = [&](Status s) {
     llama_->TAbort(txn.get());
     llama_->DiscardChain(chain);
     counters_->failed_consolidations.Add();
-    return committed.status();
+    return s;
+  };
+  for (PageId r : image.merged) {
+    // A sibling freed meanwhile was folded in by another consolidation of
+    // this page, so `head` is stale and the commit could not succeed anyway.
+    if (!llama_->TFree(txn.get(), r).ok()) return give_up(Status::OK());
   }
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, chain, bound, bound);
+  if (!committed.ok() || !*committed) return give_up(committed.status());
   counters_->consolidations.Add();
   counters_->pages_freed.Add(image.merged.size());
   *installed = true;

@@ -350,7 +350,18 @@ Status BwTree::RepairRoute(uint32_t parent_level, Slice route_low, PageId bad) {
   // Hand the range to the page holding the keys just below it.
   Path pred;
   RETURN_IF_ERROR(Descend(low, /*before=*/true, parent_level - 1, &pred));
-  if (pred.pid == bad) return Status::OK();
+  if (pred.pid == bad) {
+    // The keys below the range lead to the bad page too: both routes are
+    // B-link entry points past its high key (ranges it held before a split,
+    // or routes a crash kept to a PID since reused lower down), which its
+    // merge's index-term deletes do not reach. Hand the range to the page
+    // before the bad page's own range; its right moves reach the range.
+    const Slice bad_low = pred.base.header().low_key;
+    if (bad_low.empty() || bad_low >= Slice(low)) return Status::OK();
+    const std::string below = bad_low.ToString();
+    RETURN_IF_ERROR(Descend(below, /*before=*/true, parent_level - 1, &pred));
+    if (pred.pid == bad) return Status::OK();
+  }
   counters_->helped_smos.Add();
   RETURN_IF_ERROR(Reroute(parent_level, low, bad, pred.pid));
   return SettleRoute(parent_level, low, pred.pid, 0);

@@ -41,16 +41,20 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
     threads.append(std::to_string(t));
   }
   fmt::print(out,
-             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST] [--help]\n\n"
+             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST]{} [--help]\n\n"
              "{}\n\n"
              "  --quick          small volumes: the whole program runs in under a minute\n"
              "  --dir PATH       scratch directory (default: a fresh directory under /tmp,\n"
              "                   removed at exit)\n"
              "  --threads LIST   comma-separated thread counts (default {})\n"
              "  --only LIST      comma-separated workload groups to run (default: all)\n"
+             "{}"
              "  --help           this text\n\n"
              "Results: one JSON object per line on stdout; progress on stderr.\n",
-             info.name, info.description, threads);
+             info.name, info.takes_rounds ? " [--rounds N]" : "", info.description, threads,
+             info.takes_rounds ? "  --rounds N       repeat each measurement N times (1-100, default 1) and\n"
+                                 "                   report the median of the ratios\n"
+                               : "");
   if (!info.groups.empty()) {
     fmt::print(out, "\nWorkload groups:\n");
     for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);
@@ -61,6 +65,17 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
   fmt::print(stderr, "{}: {}\n\n", info.name, message);
   PrintUsage(stderr, info);
   std::exit(2);
+}
+
+// A count in [1, max], or a usage error naming `what`.
+int ParseCount(const ProgramInfo& info, const std::string& text, long max, std::string_view what) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > max) {
+    UsageError(info, fmt::format("bad {} '{}' (1-{})", what, text, max));
+  }
+  return static_cast<int>(n);
 }
 
 std::vector<std::string> SplitCommas(std::string_view s) {
@@ -156,15 +171,11 @@ BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* 
     } else if (a == "--threads") {
       args.threads.clear();
       for (const std::string& t : SplitCommas(value())) {
-        char* end = nullptr;
-        errno = 0;
-        const long n = std::strtol(t.c_str(), &end, 10);
-        if (*end != '\0' || errno != 0 || n < 1 || n > 1024) {
-          UsageError(info, fmt::format("bad thread count '{}'", t));
-        }
-        args.threads.push_back(static_cast<int>(n));
+        args.threads.push_back(ParseCount(info, t, 1024, "thread count"));
       }
       if (args.threads.empty()) UsageError(info, "--threads needs at least one count");
+    } else if (a == "--rounds" && info.takes_rounds) {
+      args.rounds = ParseCount(info, std::string(value()), 100, "round count");
     } else if (a == "--only") {
       for (const std::string& g : SplitCommas(value())) {
         bool known = false;

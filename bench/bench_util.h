@@ -40,6 +40,9 @@ struct ProgramInfo {
   std::vector<int> default_threads;
   // Names accepted by --only, each with a one-line explanation.
   std::vector<std::pair<std::string, std::string>> groups;
+  // Whether the program repeats its measurements (--rounds N) and reports
+  // medians; others reject the flag.
+  bool takes_rounds = false;
 };
 
 struct BenchArgs {
@@ -49,6 +52,8 @@ struct BenchArgs {
   std::vector<int> threads;
   // Empty: every group runs.
   std::set<std::string> only;
+  // Repetitions of each measurement (--rounds; 1 unless the program takes it).
+  int rounds = 1;
 
   // Whether the group of workloads `group` should run (--only).
   bool Wants(std::string_view group) const;

@@ -2,7 +2,8 @@
 // existence rules, LSNs kept per record, size limits, reopening, range scans
 // (bounds, directions, empty ranges, runs of deleted keys, writes between
 // Next() calls), structure changes (splits, root splits, merges) with Check,
-// and the ESL rule across a crash.
+// the ESL rule across a crash, and hand-built trees in states a crash can
+// leave mid-merge.
 #include "dc/bwtree/bwtree.h"
 
 #include <algorithm>

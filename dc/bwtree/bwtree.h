@@ -195,6 +195,9 @@ class BwTree {
   // is annotated with `max_tag` (as structure changes are with flush_bound()),
   // so Llama::MaxAnnotation() bounds the LSNs in the LSS. Busy when a page
   // kept changing under its flush (16 tries): nothing is lost, call again.
+  // Not atomic: a crash before it returns leaves each key in some state it
+  // had between the last completed FlushAll's bound and max_tag (bwtree.md,
+  // "Crash consistency"), which redo from the log brings up to date.
   Status FlushAll(uint64_t max_tag);
 
   // Walks the whole tree and verifies: every node decodes; keys ascend

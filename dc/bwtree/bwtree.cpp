@@ -653,9 +653,21 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   if (image.removed) return Status::OK();  // frozen; its left neighbour absorbs it
   if (!image.merged.empty()) {
     // Before the merged siblings' states are folded in (and the siblings
-    // freed), make sure no parent routes to them any more.
+    // freed), make sure they are frozen (a merge delta that outlived its
+    // sibling's remove-node in a store written before remove-nodes were
+    // system transactions leaves the sibling live) and that no parent routes
+    // to them any more.
     const std::vector<PageId> merged = image.merged;
-    for (PageId r : merged) RETURN_IF_ERROR(CompleteMerge(r));
+    for (PageId r : merged) {
+      Result<const PageNode*> sibling = llama_->Read(r);
+      if (!sibling.ok()) return sibling.status().IsNotFound() ? Status::OK() : sibling.status();
+      if (*sibling == nullptr) return Status::OK();
+      if (!HasDeltaOf(*sibling, DeltaType::kRemoveNode)) {
+        ASSIGN_OR_RETURN(bool posted, PostRemoveNode(r, *sibling));
+        if (!posted) return Status::OK();  // retried by a later consolidation
+      }
+      RETURN_IF_ERROR(CompleteMerge(r));
+    }
     Result<const PageNode*> again = llama_->Read(pid);
     if (!again.ok()) return again.status().IsNotFound() ? Status::OK() : again.status();
     head = *again;
@@ -1046,16 +1058,35 @@ Status BwTree::StartMerge(PageId pid) {
   if (!root.ok() || *root == nullptr) return root.ok() ? Status::OK() : root.status();
   ASSIGN_OR_RETURN(BaseView root_base, BaseOf(*root));
   if (root_base.header().level == 0) return Status::OK();
-  DeltaView d;
-  d.type = DeltaType::kRemoveNode;
-  PageNode* node = MakeDelta(llama_, d, 0);
-  if (!llama_->UpdateD(pid, head, node)) {
-    llama_->DiscardNode(node);
+  ASSIGN_OR_RETURN(bool posted, PostRemoveNode(pid, head));
+  if (!posted) {
     counters_->failed_merges.Add();
     return Status::OK();
   }
   counters_->merges.Add();
   return CompleteMerge(pid);
+}
+
+Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {
+  // A system transaction, so the remove-node's record is in the LSS before
+  // anything that depends on it: the merge delta on the left page and that
+  // page's writes to this range, all posted after this commit and flushed
+  // after it. Recovery keeps a prefix of the LSS, so it never keeps those
+  // without the remove-node, which would leave this page live beside a left
+  // page holding newer writes to its keys (bwtree.md, "Crash consistency").
+  DeltaView d;
+  d.type = DeltaType::kRemoveNode;
+  PageNode* node = MakeDelta(llama_, d, 0);
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommit(txn.get(), pid, head, node, bound, bound);
+  if (committed.ok() && *committed) return true;
+  llama_->TAbort(txn.get());
+  llama_->DiscardNode(node);
+  // Lost the race, or the page's base is not yet flushable under the ESL:
+  // the merge is tried again later.
+  if (committed.ok() || committed.status().IsInvalidArgument()) return false;
+  return committed.status();
 }
 
 // Where the left neighbour search ended.

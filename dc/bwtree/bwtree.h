@@ -299,6 +299,9 @@ class BwTree {
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
                   bool* retry);
   Status StartMerge(PageId pid);
+  // Freezes `pid` (whose chain is `head`) with a remove-node, committed as a
+  // system transaction; false when the page changed or cannot be flushed yet.
+  Result<bool> PostRemoveNode(PageId pid, const llama::PageNode* head);
   Status CompleteMerge(PageId removed);
   Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
                                         const llama::PageNode** left_head, bool* merged_in);

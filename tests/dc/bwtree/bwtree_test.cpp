@@ -1011,6 +1011,7 @@ TEST_CASE("Every merge step a crash can leave alone is completed or read through
   const std::vector<std::pair<std::string, PageId>> routed_to_r = {{"", 3}, {"b", 4}, {"c", 5}};
   const std::vector<std::pair<std::string, PageId>> routed_to_l = {{"", 3}, {"b", 3}, {"c", 5}};
   HandBuilt b(2);
+  bool merging = true;  // whether R is on its way into L
   SECTION("remove-node alone") {
     b.Page(2, HandRoot(routed_to_r));
     b.Page(3, l_base);
@@ -1022,6 +1023,7 @@ TEST_CASE("Every merge step a crash can leave alone is completed or read through
     b.Page(4, r_base);
   }
   SECTION("index-term delete alone: L moves right to R") {
+    merging = false;
     b.Page(2, HandRoot(routed_to_l));
     b.Page(3, l_base);
     b.Page(4, r_base);
@@ -1032,11 +1034,21 @@ TEST_CASE("Every merge step a crash can leave alone is completed or read through
     b.Page(4, r_base, {EncodeRemoveNodeDelta()});
   }
   b.Page(5, s_base);
-  BwTree* t = b.Open();
+  BwTreeOptions o = PurgeAll(BwTreeOptions());
+  o.leaf_merge_records = 0;  // no new merges: only the one under way
+  BwTree* t = b.Open(o);
   Model m;
   const std::vector<std::string> keys = {"a1", "a2", "b1", "b2", "c1"};
   for (const std::string& k : keys) m.Apply(WriteKind::kUpsert, k, "v" + k, 1);
   RequireUsable(t, &m, keys);
+  // Enough writes to L to consolidate it: a merge under way ends with R
+  // folded into L and freed (a live R frozen first), and nothing is lost.
+  for (uint64_t i = 3; i <= 9; ++i) {
+    Write(t, &m, WriteKind::kUpsert, "a" + std::to_string(i), "w", 100 + i);
+  }
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  CHECK(t->GetStats().pages_freed == (merging ? 1u : 0u));
 }
 
 // A merge's remove-node commits as a system transaction, so its record is in

@@ -34,6 +34,10 @@ const Stopwatch& ProgramClock() {
   return clock;
 }
 
+constexpr char kRoundsHelp[] =
+    "  --rounds N       repeat each measurement N times (1-100, default 1) and\n"
+    "                   report the median of the ratios\n";
+
 void PrintUsage(std::FILE* out, const ProgramInfo& info) {
   std::string threads;
   for (int t : info.default_threads) {
@@ -52,9 +56,7 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
              "  --help           this text\n\n"
              "Results: one JSON object per line on stdout; progress on stderr.\n",
              info.name, info.takes_rounds ? " [--rounds N]" : "", info.description, threads,
-             info.takes_rounds ? "  --rounds N       repeat each measurement N times (1-100, default 1) and\n"
-                                 "                   report the median of the ratios\n"
-                               : "");
+             info.takes_rounds ? kRoundsHelp : "");
   if (!info.groups.empty()) {
     fmt::print(out, "\nWorkload groups:\n");
     for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);

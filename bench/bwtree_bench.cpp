@@ -11,9 +11,10 @@
 // Every (workload, threads) pair builds a fresh tree and a fresh map from the
 // same pre-generated keys, values and lookup sequences, so nothing but the
 // operations themselves is timed. With --rounds N each pair runs N times
-// (alternating which side goes first) and median ratio lines close it. A lookup that misses or reads a wrong value
-// or LSN, an error from the tree, or a failed BwTree::Check() ends the program
-// with status 1 after the result lines.
+// (alternating which side goes first) and median ratio lines close it. A
+// lookup that misses or reads a wrong value or LSN, an error from the tree, or
+// a failed BwTree::Check() ends the program with status 1 after the result
+// lines.
 #include <malloc.h>
 
 #include <algorithm>

@@ -883,7 +883,9 @@ std::string HandLeaf(const std::string& low, const std::string& high, PageId sib
   values.reserve(keys.size());
   for (const std::string& k : keys) values.push_back("v" + k);
   std::vector<LeafRecord> records;
-  for (size_t i = 0; i < keys.size(); ++i) records.push_back(LeafRecord{keys[i], values[i], 1, false});
+  for (size_t i = 0; i < keys.size(); ++i) {
+    records.push_back(LeafRecord{keys[i], values[i], 1, false});
+  }
   return EncodeLeafBase(h, records);
 }
 
@@ -916,7 +918,8 @@ struct HandBuilt {
     for (const std::string& d : deltas) {
       auto head = llama->Read(pid);
       REQUIRE(head.ok());
-      REQUIRE(llama->UpdateD(pid, *head, llama::test::MakeNode(llama.get(), llama::NodeKind::kDelta, d, 0)));
+      llama::PageNode* node = llama::test::MakeNode(llama.get(), llama::NodeKind::kDelta, d, 0);
+      REQUIRE(llama->UpdateD(pid, *head, node));
     }
   }
 
@@ -971,7 +974,8 @@ TEST_CASE("A route past a removed page's range is handed on when the keys below 
     o.upper = "e2";
     o.upper_inclusive = true;
     o.reverse = true;
-    CHECK(ScanText(t, o) == "e2=ve2@1\ne1=ve1@1\nd1=vd1@1\nc1=vc1@1\nb1=vb1@1\na2=va2@1\na1=va1@1\n");
+    CHECK(ScanText(t, o) ==
+          "e2=ve2@1\ne1=ve1@1\nd1=vd1@1\nc1=vc1@1\nb1=vb1@1\na2=va2@1\na1=va1@1\n");
   }
   RequireUsable(t, &m, keys);
 }

@@ -428,9 +428,10 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
                 break;
               }
               // Past the merged range: the B-link sibling, or the right half
-              // of a split of the merged page. A merge delta that survived a
-              // crash without its remove-node leaves the merged page live,
-              // so it may split; restarting here would never settle.
+              // of a split of the merged page. A merge delta without its
+              // remove-node (a crash in a store written before remove-nodes
+              // were system transactions) leaves the merged page live, so it
+              // may split; restarting here would never settle.
               pid = r2.redirect;
             } else {
               r2.hint = kNoHint;  // a delta goes on this page, over its own base
@@ -1136,7 +1137,7 @@ Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low,
           if (!sib.ok() || *sib == nullptr) return LeftOutcome::kRetry;
           ASSIGN_OR_RETURN(LookupResult r2, RouteOf(*sib, low, true));
           // As in Locate: past the merged range by its sibling link or by
-          // a split of the merged page (live after a crash, see there).
+          // a split of the merged page (live in an old store, see there).
           if (r2.outcome != LookupOutcome::kRedirect || r2.redirect_kind == RedirectKind::kMerge) {
             return LeftOutcome::kRetry;
           }

@@ -915,12 +915,7 @@ struct HandBuilt {
     const PageId pid = llama::test::CreatePage(llama.get(), base);
     REQUIRE(pid == want);
     auto g = llama->Enter();
-    for (const std::string& d : deltas) {
-      auto head = llama->Read(pid);
-      REQUIRE(head.ok());
-      llama::PageNode* node = llama::test::MakeNode(llama.get(), llama::NodeKind::kDelta, d, 0);
-      REQUIRE(llama->UpdateD(pid, *head, node));
-    }
+    for (const std::string& d : deltas) llama::test::PostDelta(llama.get(), pid, d);
   }
 
   BwTree* Open(const BwTreeOptions& o = PurgeAll(BwTreeOptions())) {

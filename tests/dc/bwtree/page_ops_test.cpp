@@ -23,6 +23,7 @@ using llama::PageNode;
 using llama::test::CreatePage;
 using llama::test::MakeNode;
 using llama::test::OpenOrDie;
+using llama::test::PostDelta;
 
 std::string Key(int i) {
   char buf[16];
@@ -37,13 +38,6 @@ const PageNode* ReadHead(Llama* l, PageId pid) {
   INFO(r.status().ToString());
   REQUIRE(r.ok());
   return *r;
-}
-
-// Prepends a delta payload tagged `tag`. REQUIRES: a guard; one thread.
-void Post(Llama* l, PageId pid, const std::string& payload, uint64_t tag) {
-  const PageNode* head = ReadHead(l, pid);
-  PageNode* d = MakeNode(l, NodeKind::kDelta, payload, tag);
-  REQUIRE(l->UpdateD(pid, head, d));
 }
 
 LookupResult MustLookup(const PageNode* head, Slice key) {
@@ -189,7 +183,7 @@ TEST_CASE("Page ops match a std::map model under deltas and consolidation", "[dc
       const PageNode* head = ReadHead(l.get(), pid);
       auto payload = MakeRecordDelta(head, type, key, value, lsn);
       REQUIRE(payload.ok());
-      Post(l.get(), pid, *payload, lsn);
+      PostDelta(l.get(), pid, *payload, lsn);
       model[key] = ModelEntry{type == DeltaType::kDelete ? "" : value, lsn,
                               type == DeltaType::kDelete};
     }
@@ -217,7 +211,7 @@ TEST_CASE("Consolidation keeps lookups identical", "[dc][bwtree]") {
       auto payload = MakeRecordDelta(ReadHead(l.get(), pid), type, key, "v" + std::to_string(lsn),
                                      lsn);
       REQUIRE(payload.ok());
-      Post(l.get(), pid, *payload, lsn);
+      PostDelta(l.get(), pid, *payload, lsn);
       if (rnd.OneIn(15)) {
         const PageNode* head = ReadHead(l.get(), pid);
         auto c = Consolidate(head, rnd.Uniform(lsn + 1));
@@ -251,7 +245,7 @@ TEST_CASE("Consolidation folds the newest delta per key and keeps newer ones", "
   auto post = [&](DeltaType t, Slice key, Slice value, uint64_t lsn) {
     auto p = MakeRecordDelta(ReadHead(l.get(), pid), t, key, value, lsn);
     REQUIRE(p.ok());
-    Post(l.get(), pid, *p, lsn);
+    PostDelta(l.get(), pid, *p, lsn);
   };
   post(DeltaType::kUpdate, "c", "c2", 4);
   post(DeltaType::kInsert, "b", "b1", 5);
@@ -322,7 +316,7 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     for (int i = 0; i < deltas; ++i) {
       const uint64_t lsn = 51 + static_cast<uint64_t>(i);
       if (rnd.OneIn(8)) {
-        Post(l.get(), pid, EncodeSplitDelta(Key(static_cast<int>(rnd.Uniform(120))), 70 + i), 0);
+        PostDelta(l.get(), pid, EncodeSplitDelta(Key(static_cast<int>(rnd.Uniform(120))), 70 + i), 0);
         continue;
       }
       // As the tree does: no record delta for a key the page sends away.
@@ -332,7 +326,7 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
       auto payload = MakeRecordDelta(ReadHead(l.get(), pid), type, key,
                                      std::string(rnd.Uniform(6), 'n'), lsn);
       REQUIRE(payload.ok());
-      Post(l.get(), pid, *payload, lsn);
+      PostDelta(l.get(), pid, *payload, lsn);
     }
     const PageNode* head = ReadHead(l.get(), pid);
     const uint64_t lsn_bound = rnd.Uniform(80);
@@ -413,10 +407,10 @@ TEST_CASE("Split delta redirects and is applied by consolidation", "[dc][bwtree]
   for (int i = 0; i < 10; ++i) recs.push_back(LeafRecord{keys[i], values[i], 1u + i, false});
   const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 10, 10);
   auto g = l->Enter();
-  Post(l.get(), pid, EncodeSplitDelta(Key(10), 77), 0);
+  PostDelta(l.get(), pid, EncodeSplitDelta(Key(10), 77), 0);
   auto p = MakeRecordDelta(ReadHead(l.get(), pid), DeltaType::kUpsert, Key(3), "new", 20);
   REQUIRE(p.ok());
-  Post(l.get(), pid, *p, 20);
+  PostDelta(l.get(), pid, *p, 20);
 
   const PageNode* head = ReadHead(l.get(), pid);
   LookupResult r = MustLookup(head, Key(12));
@@ -457,7 +451,7 @@ TEST_CASE("Remove-node and merge deltas", "[dc][bwtree]") {
   auto l = OpenOrDie(env.get());
   const PageId pid = CreatePage(l.get(), EmptyLeaf());
   auto g = l->Enter();
-  Post(l.get(), pid, EncodeMergeDelta("m", 55), 0);
+  PostDelta(l.get(), pid, EncodeMergeDelta("m", 55), 0);
   const PageNode* head = ReadHead(l.get(), pid);
   LookupResult r = MustLookup(head, "x");
   CHECK(r.outcome == LookupOutcome::kRedirect);
@@ -465,7 +459,7 @@ TEST_CASE("Remove-node and merge deltas", "[dc][bwtree]") {
   CHECK(r.redirect == 55);
   CHECK(MustLookup(head, "a").outcome == LookupOutcome::kNotFound);
   CHECK(Consolidate(head, 100).status().code() == Code::kNotSupported);
-  Post(l.get(), pid, EncodeRemoveNodeDelta(), 0);
+  PostDelta(l.get(), pid, EncodeRemoveNodeDelta(), 0);
   CHECK(MustLookup(ReadHead(l.get(), pid), "a").outcome == LookupOutcome::kRemoved);
 }
 
@@ -496,16 +490,16 @@ TEST_CASE("FindChild routes through index deltas and the inner base", "[dc][bwtr
   CHECK(child("z").redirect_kind == RedirectKind::kSibling);
   CHECK(child("z").redirect == 66);
   // Child 11 split at "h": new child 13 covers [h, m).
-  Post(l.get(), pid, EncodeIndexEntryDelta("h", 13, false, "m"), 0);
+  PostDelta(l.get(), pid, EncodeIndexEntryDelta("h", 13, false, "m"), 0);
   CHECK(child("g").child == 11);
   CHECK(child("h").child == 13);
   CHECK(child("k").child == 13);
   CHECK(child("m").child == 12);
   // Child 12 removed into 13: [h, x) goes to 13.
-  Post(l.get(), pid, EncodeIndexTermDeleteDelta("h", 13, false, "x"), 0);
+  PostDelta(l.get(), pid, EncodeIndexTermDeleteDelta("h", 13, false, "x"), 0);
   CHECK(child("p").child == 13);
   CHECK(child("g").child == 11);
-  Post(l.get(), pid, EncodeSplitDelta("r", 70), 0);
+  PostDelta(l.get(), pid, EncodeSplitDelta("r", 70), 0);
   CHECK(child("s").redirect == 70);
   CHECK(child("s").redirect_kind == RedirectKind::kSplit);
   CHECK(child("p").child == 13);
@@ -527,7 +521,7 @@ TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
   for (int i = 0; i < 20; ++i) {
     const int k = 2 * static_cast<int>(rnd.Uniform(50)) + 1;  // odd: not in the base
     const auto hint = static_cast<uint32_t>(rnd.Uniform(60));
-    Post(l.get(), pid, EncodeRecordDelta(DeltaType::kInsert, Key(k), "d", 2 + i, hint), 2 + i);
+    PostDelta(l.get(), pid, EncodeRecordDelta(DeltaType::kInsert, Key(k), "d", 2 + i, hint), 2 + i);
   }
   const PageNode* head = ReadHead(l.get(), pid);
   for (int i = 0; i < 50; ++i) {
@@ -567,7 +561,7 @@ TEST_CASE("Corrupt chain payloads are Corruption in page ops", "[dc][bwtree]") {
   auto l = OpenOrDie(env.get());
   const PageId pid = CreatePage(l.get(), EmptyLeaf());
   auto g = l->Enter();
-  Post(l.get(), pid, std::string("\x01\x02", 2), 1);  // a truncated insert
+  PostDelta(l.get(), pid, std::string("\x01\x02", 2), 1);  // a truncated insert
   const PageNode* head = ReadHead(l.get(), pid);
   CHECK(Lookup(head, "a").status().IsCorruption());
   CHECK(Consolidate(head, 10).status().IsCorruption());
@@ -601,8 +595,8 @@ TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
   CHECK(r.redirect_key == Slice("t"));
   // A split; then a record delta for a key above it (as a merge's left page
   // holds): the record is passed over, the split decides.
-  Post(l.get(), pid, EncodeSplitDelta("m", 66), 0);
-  Post(l.get(), pid, EncodeRecordDelta(DeltaType::kUpsert, "p", "v", 9, kNoHint), 9);
+  PostDelta(l.get(), pid, EncodeSplitDelta("m", 66), 0);
+  PostDelta(l.get(), pid, EncodeRecordDelta(DeltaType::kUpsert, "p", "v", 9, kNoHint), 9);
   r = route("p");
   CHECK(r.outcome == LookupOutcome::kRedirect);
   CHECK(r.redirect_kind == RedirectKind::kSplit);
@@ -610,7 +604,7 @@ TEST_CASE("RouteOf follows structure only", "[dc][bwtree]") {
   CHECK(r.redirect_key == Slice("m"));
   CHECK(route("c").outcome == LookupOutcome::kNotFound);
   // A remove-node delta on top: removed, unless passed over.
-  Post(l.get(), pid, EncodeRemoveNodeDelta(), 0);
+  PostDelta(l.get(), pid, EncodeRemoveNodeDelta(), 0);
   CHECK(route("c").outcome == LookupOutcome::kRemoved);
   CHECK(route("c", true).outcome == LookupOutcome::kNotFound);
   CHECK(route("p", true).redirect == 66);

@@ -63,6 +63,15 @@ inline PageId CreatePage(Llama* l, std::string_view payload, uint64_t tag = 0,
   return *pid;
 }
 
+// Prepends a delta holding `payload` and `tag` to page `pid` by Update-D.
+// REQUIRES: a guard; no other thread changes the page.
+inline void PostDelta(Llama* l, PageId pid, std::string_view payload, uint64_t tag = 0) {
+  auto head = l->Read(pid);
+  INFO(head.status().ToString());
+  REQUIRE(head.ok());
+  REQUIRE(l->UpdateD(pid, *head, MakeNode(l, NodeKind::kDelta, payload, tag)));
+}
+
 // Data nodes of a chain, newest first, as "payload@tag".
 inline std::vector<std::string> Contents(const PageNode* head) {
   std::vector<std::string> out;

@@ -6,7 +6,8 @@
 // lookup throughput for 1 and 2 threads on random 8-byte keys, big-endian
 // increasing 8-byte keys and random 32-byte string keys, the bwtree/std_map
 // ratio of each (targets: 6x for insert, 3x for lookup, at 2 threads), tree
-// statistics and memory. What each figure means: bench/README.md.
+// statistics and memory, and the machine's cost of a cache miss (group
+// miss_latency). What each figure means: bench/README.md.
 //
 // Every (workload, threads) pair builds a fresh tree and a fresh map from the
 // same pre-generated keys, values and lookup sequences, so nothing but the
@@ -434,6 +435,43 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
 }
 
 // ---------------------------------------------------------------------------
+// The machine's cost of a cache miss, measured in the same run as the ratios
+// it explains: one pointer chase per working-set size, each load depending on
+// the one before, over 64-byte lines linked in shuffled order into one cycle
+// (the chase visits every line before it repeats).
+
+constexpr char kMissLatencyGroup[] = "miss_latency";
+
+void RunMissLatency(bool quick) {
+  constexpr size_t kLine = 64;
+  struct alignas(kLine) Line {
+    uint64_t next;
+  };
+  static_assert(sizeof(Line) == kLine);
+  const uint64_t loads = quick ? 1'000'000 : 4'000'000;
+  for (size_t mib : {1, 16, 64, 256}) {
+    const size_t n = mib * 1024 * 1024 / kLine;
+    std::vector<Line> lines(n);
+    std::vector<uint32_t> order(n);
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<uint32_t>(i);
+    Random64 rnd(0x1a7e0000u + mib);
+    for (size_t i = n - 1; i > 0; --i) std::swap(order[i], order[rnd.Uniform(i + 1)]);
+    for (size_t i = 0; i < n; ++i) lines[order[i]].next = order[(i + 1) % n];
+    uint64_t at = 0;
+    Stopwatch sw;
+    for (uint64_t i = 0; i < loads; ++i) at = lines[at].next;
+    const double seconds = sw.Seconds();
+    ResultLine line(kBench, kMissLatencyGroup, "pointer_chase", 1, loads, seconds);
+    line.Set("working_set_bytes", uint64_t{mib} << 20)
+        .Set("ns_per_load", Ratio(seconds * 1e9, static_cast<double>(loads)))
+        .Set("end", at)  // keeps the chase from being optimised away
+        .Print();
+    Progress("{}: {} MiB working set, {:.1f} ns per dependent load", kMissLatencyGroup, mib,
+             seconds * 1e9 / static_cast<double>(loads));
+  }
+}
+
+// ---------------------------------------------------------------------------
 
 // Prints one round's ratio line and returns the ratio.
 double PrintRatio(const Workload& w, const char* phase, int threads, int round,
@@ -500,6 +538,8 @@ int Main(int argc, char** argv) {
   info.default_threads = {1, 2};
   info.takes_rounds = true;
   for (const Workload& w : kWorkloads) info.groups.emplace_back(w.name, w.description);
+  info.groups.emplace_back(kMissLatencyGroup,
+                           "one thread's dependent loads over 1-256 MiB (the cost of a miss)");
   ScratchDir scratch;
   const BenchArgs args = ParseArgs(argc, argv, info, &scratch);
   const size_t n = args.quick ? 100'000 : 1'000'000;
@@ -508,6 +548,7 @@ int Main(int argc, char** argv) {
   Progress("bwtree_bench{}: {} records per workload, threads {}, {} round(s)",
            args.quick ? " --quick" : "", n, thread_list, args.rounds);
 
+  if (args.Wants(kMissLatencyGroup)) RunMissLatency(args.quick);
   bool failed = false;
   for (const Workload& w : kWorkloads) {
     if (!args.Wants(w.name)) continue;

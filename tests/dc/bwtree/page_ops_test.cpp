@@ -316,7 +316,8 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     for (int i = 0; i < deltas; ++i) {
       const uint64_t lsn = 51 + static_cast<uint64_t>(i);
       if (rnd.OneIn(8)) {
-        PostDelta(l.get(), pid, EncodeSplitDelta(Key(static_cast<int>(rnd.Uniform(120))), 70 + i), 0);
+        const std::string separator = Key(static_cast<int>(rnd.Uniform(120)));
+        PostDelta(l.get(), pid, EncodeSplitDelta(separator, 70 + i), 0);
         continue;
       }
       // As the tree does: no record delta for a key the page sends away.

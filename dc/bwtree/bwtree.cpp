@@ -290,12 +290,16 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       bool stale = head == nullptr;
       uint32_t level = 0;
       size_t deltas = 0;
+      bool base_only = false;  // no delta above the base (flush-state nodes aside)
       BaseView base;
       if (!stale) {
         if (const PageNode* plain = PlainBase(head); plain != nullptr) {
-          // A leaf's record deltas over its base: read the base directly.
+          // A leaf's record deltas over its base, or a consolidated page:
+          // read the base directly.
           RETURN_IF_ERROR(base.Init(PayloadOf(plain)));
           deltas = 0;  // only inner chains' counts are used here; plain ones are leaves
+          size_t above = 0;
+          base_only = PlainDeltas(head, &above) && above == 0;
         } else {
           RETURN_IF_ERROR(BaseOf(head, &deltas, &base));
         }
@@ -321,7 +325,12 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         RETURN_IF_ERROR(MaybeRestructure(pid, level));
         continue;
       }
-      ASSIGN_OR_RETURN(ChildLookup c, FindChild(head, key, before, &base));
+      ChildLookup c;
+      if (base_only) {
+        RETURN_IF_ERROR(RouteInBase(base, key, before, /*want_next=*/false, &c));
+      } else {
+        ASSIGN_OR_RETURN(c, FindChild(head, key, before, &base, /*want_next=*/false));
+      }
       tried_consolidate = false;
       if (c.outcome == LookupOutcome::kFound) {
         at.routed = true;

@@ -279,6 +279,31 @@ Result<InnerEntry> BaseView::EntryAt(size_t i) const {
   return e;
 }
 
+Status BaseView::RouteEntry(Slice key, bool before, size_t* index, InnerEntry* entry) const {
+  assert(!is_leaf());
+  bool exact = false;
+  ASSIGN_OR_RETURN(const size_t pos, LowerBound(key, KeyPrefix(key), 0, count_, &exact));
+  const bool take_exact = exact && !before;
+  if (!take_exact && pos == 0) {
+    *index = count_;
+    return Status::OK();
+  }
+  const size_t i = take_exact ? pos : pos - 1;
+  // Entry i in place: fixed32 length, separator, fixed64 child; exactly its span.
+  const size_t begin = OffsetAt(i);
+  const size_t end = i + 1 < count_ ? OffsetAt(i + 1) : payload_.size();
+  if (begin < entries_at_ || end > payload_.size() || end < begin + 12) {
+    return Bad("base entry offset out of range");
+  }
+  const char* p = payload_.data() + begin;
+  const uint32_t len = Fixed32(p);
+  if (len != end - begin - 12) return Bad("inner entry length mismatch");
+  *index = i;
+  entry->separator = Slice(p + 4, len);
+  entry->child = Fixed64(p + 4 + len);
+  return Status::OK();
+}
+
 uint64_t BaseView::PrefixAt(size_t i) const {
   assert(i < count_);
   return Fixed64(payload_.data() + slots_at_ + kBaseSlotSize * i);
@@ -296,7 +321,9 @@ Result<int> BaseView::CompareAt(size_t i, Slice key, uint64_t prefix) const {
   return k.compare(key);
 }
 
-Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi) const {
+Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi,
+                                     bool* exact) const {
+  *exact = false;
   // First over the prefix table alone (8 bytes a probe, no payload access):
   // [lo, hi) narrows to the entries whose prefix equals the key's. Prefixes
   // are monotone in the keys, so every entry before lies below the key and
@@ -329,10 +356,14 @@ Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_
   while (lo < end) {
     const size_t mid = lo + (end - lo) / 2;
     ASSIGN_OR_RETURN(Slice k, KeyAt(mid));
-    if (k < key) {
+    const int c = k.compare(key);
+    if (c < 0) {
       lo = mid + 1;
-    } else {
+    } else if (c > 0) {
       end = mid;
+    } else {
+      *exact = true;  // keys are unique: the lower bound itself
+      return mid;
     }
   }
   return lo;
@@ -343,25 +374,31 @@ Result<BasePosition> BaseView::Find(Slice key, size_t lo, size_t hi) const {
   if (hi > count_) hi = count_;
   if (lo > hi) lo = hi;
   const uint64_t prefix = KeyPrefix(key);
-  ASSIGN_OR_RETURN(size_t pos, LowerBound(key, prefix, lo, hi));
-  // Check the answer against its neighbours (by prefix where that decides);
-  // a range from stale hints would fail here, and then the whole node is
-  // searched.
+  BasePosition result;
+  ASSIGN_OR_RETURN(size_t pos, LowerBound(key, prefix, lo, hi, &result.exact));
+  if (lo == 0 && hi == count_) {
+    // The whole node: the prefix table placed the key (whole keys where
+    // prefixes tie), so only the neighbours' prefixes are checked, from the
+    // slot lines already read.
+    if ((pos > 0 && PrefixAt(pos - 1) > prefix) || (pos < count_ && PrefixAt(pos) < prefix)) {
+      return Bad("base keys out of order");
+    }
+    result.index = pos;
+    return result;
+  }
+  // A shortcut range: check the answer against its neighbours (by prefix
+  // where that decides); a range from stale hints fails here, and then the
+  // whole node is searched.
   bool ok = true;
   if (pos > 0) {
     ASSIGN_OR_RETURN(int c, CompareAt(pos - 1, key, prefix));
     ok = c < 0;
   }
-  BasePosition result;
-  if (ok && pos < count_) {
+  if (ok && pos < count_ && !result.exact) {
     ASSIGN_OR_RETURN(int c, CompareAt(pos, key, prefix));
-    ok = c >= 0;
-    result.exact = c == 0;
+    ok = c > 0;
   }
-  if (!ok) {
-    if (lo == 0 && hi == count_) return Bad("base keys out of order");
-    return Find(key, 0, count_);
-  }
+  if (!ok) return Find(key, 0, count_);
   result.index = pos;
   return result;
 }

@@ -125,6 +125,10 @@ class BaseView {
   // REQUIRES: is_leaf().
   Status AppendRecords(std::vector<LeafRecord>* out, const Slice* stop = nullptr) const;
   Result<InnerEntry> EntryAt(size_t i) const;
+  // Inner bases: the entry that routes `key`, the one with the largest
+  // separator <= key (< key, before), as *index and *entry; *index =
+  // count() when the key lies below every separator.
+  Status RouteEntry(Slice key, bool before, size_t* index, InnerEntry* entry) const;
 
   // Lower bound of `key` over the whole node.
   Result<BasePosition> Find(Slice key) const { return Find(key, 0, count_); }
@@ -149,7 +153,9 @@ class BaseView {
   // <0, 0, >0 as entry i's key compares with `key` (whose prefix is given):
   // by prefix where they differ, by the whole keys otherwise.
   Result<int> CompareAt(size_t i, Slice key, uint64_t prefix) const;
-  Result<size_t> LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi) const;
+  // The lower bound of key in [lo, hi] by prefix, then by whole keys among
+  // the entries sharing its prefix; *exact: that entry's key equals it.
+  Result<size_t> LowerBound(Slice key, uint64_t prefix, size_t lo, size_t hi, bool* exact) const;
 
   Slice payload_;
   BaseHeader header_;

@@ -197,7 +197,7 @@ Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remov
 }
 
 Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
-                              const BaseView* given) {
+                              const BaseView* given, bool want_next) {
   ChildLookup result;
   // Whether the range [low, next) (infinite next: no end) routes the key.
   auto holds = [&](Slice low, bool next_infinite, Slice next) {
@@ -248,29 +248,34 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
         RETURN_IF_ERROR(parsed.Init(PayloadOf(n)));
       }
       const BaseView& base = given != nullptr ? *given : parsed;
-      if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
-      if (SiblingRedirect(base, key, &result, before)) return result;
-      ASSIGN_OR_RETURN(BasePosition pos, base.Find(key));
-      // The entry with the largest separator <= key (< key, before).
-      const bool take_exact = pos.exact && !before;
-      if (!take_exact && pos.index == 0) return result;  // below every separator
-      const size_t i = take_exact ? pos.index : pos.index - 1;
-      ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(i));
-      result.outcome = LookupOutcome::kFound;
-      result.child = e.child;
-      result.low = e.separator;
-      if (i + 1 < base.count()) {
-        ASSIGN_OR_RETURN(result.next, base.KeyAt(i + 1));
-        result.next_infinite = false;
-      } else {
-        result.next_infinite = base.header().high_infinite;
-        result.next = base.header().high_key;
-      }
-      clip(&result);
+      RETURN_IF_ERROR(RouteInBase(base, key, before, want_next, &result));
+      if (result.outcome == LookupOutcome::kFound && want_next) clip(&result);
       return result;
     }
   }
   return result;
+}
+
+Status RouteInBase(const BaseView& base, Slice key, bool before, bool want_next,
+                   ChildLookup* out) {
+  if (base.is_leaf()) return Status::InvalidArgument("bw-tree: FindChild on a leaf");
+  if (SiblingRedirect(base, key, out, before)) return Status::OK();
+  size_t i = 0;
+  InnerEntry e;
+  RETURN_IF_ERROR(base.RouteEntry(key, before, &i, &e));
+  if (i == base.count()) return Status::OK();  // below every separator
+  out->outcome = LookupOutcome::kFound;
+  out->child = e.child;
+  out->low = e.separator;
+  if (!want_next) return Status::OK();
+  if (i + 1 < base.count()) {
+    ASSIGN_OR_RETURN(out->next, base.KeyAt(i + 1));
+    out->next_infinite = false;
+  } else {
+    out->next_infinite = base.header().high_infinite;
+    out->next = base.header().high_key;
+  }
+  return Status::OK();
 }
 
 Result<uint64_t> LatestLsn(const PageNode* head, Slice key, PageId* redirect) {

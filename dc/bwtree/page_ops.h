@@ -181,9 +181,16 @@ struct ChildLookup {
 // the key is below every separator. InvalidArgument if the base is a leaf.
 // With `before`, routes the largest key below `key` instead (for reverse
 // scans and for finding a node's left neighbour): ranges are taken as
-// (low, next] and redirects apply when key > separator.
+// (low, next] and redirects apply when key > separator. Without want_next,
+// an answer from the base leaves `next` unset (empty, not infinite): a
+// descent needs child and low only, and skips reading the next entry.
 Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key, bool before = false,
-                              const BaseView* base = nullptr);
+                              const BaseView* base = nullptr, bool want_next = true);
+// FindChild's answer from an inner base alone, into *out (which starts as a
+// default ChildLookup): what FindChild does at the end of the chain, and all
+// it does on a consolidated inner page (no deltas: the descent's common case).
+Status RouteInBase(const BaseView& base, Slice key, bool before, bool want_next,
+                   ChildLookup* out);
 
 // The new state of a page for Update-R.
 struct ConsolidatedPage {

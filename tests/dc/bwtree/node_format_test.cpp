@@ -188,6 +188,36 @@ TEST_CASE("Inner base round trip", "[dc][bwtree]") {
   REQUIRE(pos.ok());
   CHECK(pos->index == 3);
   CHECK_FALSE(pos->exact);
+  // RouteEntry: the largest separator <= key (< key, before); none below
+  // the first separator (only `before` the empty one).
+  struct Case {
+    const char* key;
+    bool before;
+    size_t want;  // entry index; seps.size(): none
+  };
+  const Case cases[] = {{"", false, 0},  {"", true, 5},    {"a", false, 0},  {"b", false, 1},
+                        {"b", true, 0},  {"ba", false, 1}, {"bb", false, 2}, {"bb", true, 1},
+                        {"bc", false, 2}, {"c", true, 2},  {"c", false, 3},  {"zz", false, 4},
+                        {"zz", true, 3}, {"zzz", false, 4}};
+  for (const Case& c : cases) {
+    INFO("key '" << c.key << "' before " << c.before);
+    size_t index = 99;
+    InnerEntry e;
+    REQUIRE(view->RouteEntry(c.key, c.before, &index, &e).ok());
+    CHECK(index == c.want);
+    if (index < seps.size()) {
+      CHECK(e.separator == Slice(seps[index]));
+      CHECK(e.child == 10 + index);
+    }
+  }
+  // A separator length that does not fill its entry's span is Corruption.
+  std::string bad = payload;
+  bad[bad.size() - 8 - 2 - 4] = 3;  // "zz"'s length field
+  auto bad_view = BaseView::Parse(bad);
+  REQUIRE(bad_view.ok());
+  size_t index = 0;
+  InnerEntry e;
+  CHECK(bad_view->RouteEntry("zzz", false, &index, &e).IsCorruption());
 }
 
 std::vector<std::string> AllDeltas() {
@@ -277,6 +307,12 @@ Status TouchBase(const std::string& bytes) {
     } else {
       view->EntryAt(i).status().PermitUncheckedError();
     }
+  }
+  if (!view->is_leaf()) {
+    size_t index = 0;
+    InnerEntry e;
+    view->RouteEntry("k00010", false, &index, &e).PermitUncheckedError();
+    view->RouteEntry("k00010", true, &index, &e).PermitUncheckedError();
   }
   view->Find("k00010").status().PermitUncheckedError();
   view->Find("k00010", 1, 3).status().PermitUncheckedError();

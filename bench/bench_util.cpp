@@ -37,6 +37,8 @@ const Stopwatch& ProgramClock() {
 constexpr char kRoundsHelp[] =
     "  --rounds N       repeat each measurement N times (1-100, default 1) and\n"
     "                   report the median of the ratios\n";
+constexpr char kRecordsHelp[] =
+    "  --records N      records per workload (1-100000000; default: the program's)\n";
 
 void PrintUsage(std::FILE* out, const ProgramInfo& info) {
   std::string threads;
@@ -45,18 +47,19 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
     threads.append(std::to_string(t));
   }
   fmt::print(out,
-             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST]{} [--help]\n\n"
+             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST]{}{} [--help]\n\n"
              "{}\n\n"
              "  --quick          small volumes: the whole program runs in under a minute\n"
              "  --dir PATH       scratch directory (default: a fresh directory under /tmp,\n"
              "                   removed at exit)\n"
              "  --threads LIST   comma-separated thread counts (default {})\n"
              "  --only LIST      comma-separated workload groups to run (default: all)\n"
-             "{}"
+             "{}{}"
              "  --help           this text\n\n"
              "Results: one JSON object per line on stdout; progress on stderr.\n",
-             info.name, info.takes_rounds ? " [--rounds N]" : "", info.description, threads,
-             info.takes_rounds ? kRoundsHelp : "");
+             info.name, info.takes_rounds ? " [--rounds N]" : "",
+             info.takes_records ? " [--records N]" : "", info.description, threads,
+             info.takes_rounds ? kRoundsHelp : "", info.takes_records ? kRecordsHelp : "");
   if (!info.groups.empty()) {
     fmt::print(out, "\nWorkload groups:\n");
     for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);
@@ -178,6 +181,9 @@ BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* 
       if (args.threads.empty()) UsageError(info, "--threads needs at least one count");
     } else if (a == "--rounds" && info.takes_rounds) {
       args.rounds = ParseCount(info, std::string(value()), 100, "round count");
+    } else if (a == "--records" && info.takes_records) {
+      args.records = static_cast<size_t>(
+          ParseCount(info, std::string(value()), 100'000'000, "record count"));
     } else if (a == "--only") {
       for (const std::string& g : SplitCommas(value())) {
         bool known = false;

@@ -43,6 +43,9 @@ struct ProgramInfo {
   // Whether the program repeats its measurements (--rounds N) and reports
   // medians; others reject the flag.
   bool takes_rounds = false;
+  // Whether the program's data volume can be set (--records N); others
+  // reject the flag.
+  bool takes_records = false;
 };
 
 struct BenchArgs {
@@ -54,6 +57,8 @@ struct BenchArgs {
   std::set<std::string> only;
   // Repetitions of each measurement (--rounds; 1 unless the program takes it).
   int rounds = 1;
+  // Records per workload (--records; 0: the program's own default).
+  size_t records = 0;
 
   // Whether the group of workloads `group` should run (--only).
   bool Wants(std::string_view group) const;

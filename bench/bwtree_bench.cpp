@@ -533,16 +533,17 @@ int Main(int argc, char** argv) {
       "no flushing) against std::map under a std::shared_mutex: insert then lookup\n"
       "throughput, ratios bwtree/std_map (targets 6x insert, 3x lookup at 2 threads),\n"
       "tree statistics and memory. 1M records (--quick: 100k) per workload and thread\n"
-      "count; --rounds N repeats each pair N times and adds median ratio lines.\n"
-      "See bench/README.md.";
+      "count (--records N: N); --rounds N repeats each pair N times and adds median\n"
+      "ratio lines. See bench/README.md.";
   info.default_threads = {1, 2};
   info.takes_rounds = true;
+  info.takes_records = true;
   for (const Workload& w : kWorkloads) info.groups.emplace_back(w.name, w.description);
   info.groups.emplace_back(kMissLatencyGroup,
                            "one thread's dependent loads over 1-256 MiB (the cost of a miss)");
   ScratchDir scratch;
   const BenchArgs args = ParseArgs(argc, argv, info, &scratch);
-  const size_t n = args.quick ? 100'000 : 1'000'000;
+  const size_t n = args.records != 0 ? args.records : args.quick ? 100'000 : 1'000'000;
   std::string thread_list;
   for (int t : args.threads) thread_list += (thread_list.empty() ? "" : ",") + std::to_string(t);
   Progress("bwtree_bench{}: {} records per workload, threads {}, {} round(s)",

@@ -446,24 +446,20 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
   const char* data = from.payload_.data();
   const size_t size = from.payload_.size();
   auto offset = [&](size_t i) -> size_t { return i < from.count_ ? from.OffsetAt(i) : size; };
-  // Each entry: fixed32 key length, key, fixed32 value length, value,
-  // fixed64 LSN, flags; exactly its span.
+  // Each entry's span lies inside the entries, in order, and holds at least
+  // a record's fixed fields (two lengths, LSN, flags: 17 bytes) ending in
+  // known flags; what the purge needs (flags, LSN) sits at the span's end.
+  // The lengths inside are not decoded: every read of the new base checks
+  // its record's own bytes (RecordAt, KeyAt), as Validate checks them all.
   size_t run_begin = begin;
   size_t at = offset(begin);
+  if (at < from.entries_at_) return Bad("base entry offset out of range");
   for (size_t i = begin; i < end; ++i) {
     const size_t next = offset(i + 1);
-    if (at < from.entries_at_ || next > size || next < at + 17) {
-      return Bad("base entry offset out of range");
-    }
-    const uint64_t klen = Fixed32(data + at);
-    if (klen > next - at - 17) return Bad("leaf record key truncated");
-    const uint64_t vlen = Fixed32(data + at + 4 + klen);
-    if (4 + klen + 4 + vlen + 9 != next - at) return Bad("leaf record length mismatch");
+    if (next > size || next < at + 17) return Bad("base entry offset out of range");
     const auto flags = static_cast<uint8_t>(data[next - 1]);
     if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-    const bool tombstone = (flags & kRecordTombstone) != 0;
-    if (tombstone && vlen != 0) return Bad("tombstone with a value");
-    if (tombstone && Fixed64(data + next - 9) < purge_bound) {
+    if ((flags & kRecordTombstone) != 0 && Fixed64(data + next - 9) < purge_bound) {
       if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}});
       run_begin = i + 1;
       if (purged != nullptr) ++*purged;

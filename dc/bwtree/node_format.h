@@ -167,8 +167,10 @@ class BaseView {
 // Builds a leaf base from runs of another leaf base's entries, copied as
 // bytes with their key prefixes (offsets shifted), and new records, added in
 // ascending key order: what consolidation does without decoding the records
-// it keeps. Each run's entries are checked to be leaf records of exactly
-// their offset-table spans (lengths and flags), not otherwise decoded.
+// it keeps. Each run's entry spans are checked to lie in order inside the
+// payload, long enough for a record, with known flags; the lengths inside
+// are left to the reads of the new base, which check every record they
+// decode (a copy never reads outside the old payload).
 // REQUIRES: runs and records are added in strictly ascending key order, all
 // in the header's range; views stay valid until Finish().
 class LeafBaseBuilder {

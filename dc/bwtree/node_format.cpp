@@ -451,11 +451,17 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
   // known flags; what the purge needs (flags, LSN) sits at the span's end.
   // The lengths inside are not decoded: every read of the new base checks
   // its record's own bytes (RecordAt, KeyAt), as Validate checks them all.
+  // Counted in locals: the loop reads through char pointers, which may
+  // alias the members, so member updates would be stored every entry.
   size_t run_begin = begin;
+  size_t kept = 0, kept_bytes = 0;
   size_t at = offset(begin);
   if (at < from.entries_at_) return Bad("base entry offset out of range");
+  // Entries [begin, inner_end) are followed by another; the last one ends the payload.
+  const size_t inner_end = from.count_ > 0 ? std::min(end, from.count_ - 1) : 0;
+  const char* const offsets = data + from.slots_at_ + 8;  // slot i's offset: + 12 i
   for (size_t i = begin; i < end; ++i) {
-    const size_t next = offset(i + 1);
+    const size_t next = i < inner_end ? Fixed32(offsets + kBaseSlotSize * (i + 1)) : size;
     if (next > size || next < at + 17) return Bad("base entry offset out of range");
     const auto flags = static_cast<uint8_t>(data[next - 1]);
     if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
@@ -464,11 +470,13 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
       run_begin = i + 1;
       if (purged != nullptr) ++*purged;
     } else {
-      ++count_;
-      entry_bytes_ += next - at;
+      ++kept;
+      kept_bytes += next - at;
     }
     at = next;
   }
+  count_ += kept;
+  entry_bytes_ += kept_bytes;
   if (run_begin < end) pieces_.push_back(Piece{&from, run_begin, end, {}});
   return Status::OK();
 }

@@ -449,7 +449,7 @@ void RunMissLatency(bool quick) {
   };
   static_assert(sizeof(Line) == kLine);
   const uint64_t loads = quick ? 1'000'000 : 4'000'000;
-  for (size_t mib : {1, 16, 64, 256}) {
+  for (size_t mib : {1, 4, 8, 16, 64, 256}) {
     const size_t n = mib * 1024 * 1024 / kLine;
     std::vector<Line> lines(n);
     std::vector<uint32_t> order(n);

@@ -267,15 +267,25 @@ Status BaseView::AppendRecords(std::vector<LeafRecord>* out, const Slice* stop) 
   return Status::OK();
 }
 
+Status BaseView::InnerAt(size_t i, InnerEntry* entry) const {
+  assert(!is_leaf() && i < count_);
+  // Fixed32 separator length, separator, fixed64 child: exactly its span.
+  const size_t begin = OffsetAt(i);
+  const size_t end = i + 1 < count_ ? OffsetAt(i + 1) : payload_.size();
+  if (begin < entries_at_ || end > payload_.size() || end < begin + 12) {
+    return Bad("base entry offset out of range");
+  }
+  const char* p = payload_.data() + begin;
+  const uint32_t len = Fixed32(p);
+  if (len != end - begin - 12) return Bad("inner entry length mismatch");
+  entry->separator = Slice(p + 4, len);
+  entry->child = Fixed64(p + 4 + len);
+  return Status::OK();
+}
+
 Result<InnerEntry> BaseView::EntryAt(size_t i) const {
-  assert(!is_leaf());
-  ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
   InnerEntry e;
-  uint32_t klen = 0;
-  if (!GetFixed32(&bytes, &klen) || klen > bytes.size()) return Bad("inner separator truncated");
-  e.separator = Slice(bytes.data(), klen);
-  bytes.remove_prefix(klen);
-  if (!GetFixed64(&bytes, &e.child) || !bytes.empty()) return Bad("inner entry tail malformed");
+  RETURN_IF_ERROR(InnerAt(i, &e));
   return e;
 }
 
@@ -288,20 +298,8 @@ Status BaseView::RouteEntry(Slice key, bool before, size_t* index, InnerEntry* e
     *index = count_;
     return Status::OK();
   }
-  const size_t i = take_exact ? pos : pos - 1;
-  // Entry i in place: fixed32 length, separator, fixed64 child; exactly its span.
-  const size_t begin = OffsetAt(i);
-  const size_t end = i + 1 < count_ ? OffsetAt(i + 1) : payload_.size();
-  if (begin < entries_at_ || end > payload_.size() || end < begin + 12) {
-    return Bad("base entry offset out of range");
-  }
-  const char* p = payload_.data() + begin;
-  const uint32_t len = Fixed32(p);
-  if (len != end - begin - 12) return Bad("inner entry length mismatch");
-  *index = i;
-  entry->separator = Slice(p + 4, len);
-  entry->child = Fixed64(p + 4 + len);
-  return Status::OK();
+  *index = take_exact ? pos : pos - 1;
+  return InnerAt(*index, entry);
 }
 
 uint64_t BaseView::PrefixAt(size_t i) const {
@@ -445,7 +443,6 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
   assert(from.is_leaf() && begin <= end && end <= from.count_);
   const char* data = from.payload_.data();
   const size_t size = from.payload_.size();
-  auto offset = [&](size_t i) -> size_t { return i < from.count_ ? from.OffsetAt(i) : size; };
   // Each entry's span lies inside the entries, in order, and holds at least
   // a record's fixed fields (two lengths, LSN, flags: 17 bytes) ending in
   // known flags; what the purge needs (flags, LSN) sits at the span's end.
@@ -455,7 +452,7 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
   // alias the members, so member updates would be stored every entry.
   size_t run_begin = begin;
   size_t kept = 0, kept_bytes = 0;
-  size_t at = offset(begin);
+  size_t at = begin < from.count_ ? from.OffsetAt(begin) : size;
   if (at < from.entries_at_) return Bad("base entry offset out of range");
   // Entries [begin, inner_end) are followed by another; the last one ends the payload.
   const size_t inner_end = from.count_ > 0 ? std::min(end, from.count_ - 1) : 0;

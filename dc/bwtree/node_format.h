@@ -146,6 +146,9 @@ class BaseView {
   friend class LeafBaseBuilder;
   // Bytes of entry i: [begin, end) within the payload.
   Result<Slice> EntryBytes(size_t i) const;
+  // Inner entry i decoded in place (EntryAt and RouteEntry).
+  // REQUIRES: !is_leaf(), i < count().
+  Status InnerAt(size_t i, InnerEntry* entry) const;
   // Entry i's key prefix and payload offset (from its slot).
   // REQUIRES: i < count().
   uint64_t PrefixAt(size_t i) const;

@@ -210,14 +210,19 @@ TEST_CASE("Inner base round trip", "[dc][bwtree]") {
       CHECK(e.child == 10 + index);
     }
   }
-  // A separator length that does not fill its entry's span is Corruption.
-  std::string bad = payload;
-  bad[bad.size() - 8 - 2 - 4] = 3;  // "zz"'s length field
-  auto bad_view = BaseView::Parse(bad);
-  REQUIRE(bad_view.ok());
-  size_t index = 0;
-  InnerEntry e;
-  CHECK(bad_view->RouteEntry("zzz", false, &index, &e).IsCorruption());
+  // A separator length that overruns or does not fill its entry's span is
+  // Corruption.
+  for (char len : {3, 1}) {
+    INFO("length field " << int{len});
+    std::string bad = payload;
+    bad[bad.size() - 8 - 2 - 4] = len;  // "zz"'s length field
+    auto bad_view = BaseView::Parse(bad);
+    REQUIRE(bad_view.ok());
+    size_t index = 0;
+    InnerEntry e;
+    CHECK(bad_view->RouteEntry("zzz", false, &index, &e).IsCorruption());
+    CHECK(bad_view->EntryAt(4).status().IsCorruption());
+  }
 }
 
 std::vector<std::string> AllDeltas() {

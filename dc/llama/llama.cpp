@@ -254,6 +254,11 @@ Status Llama::Recover() {
         switch (h.type) {
           case RecordType::kBase:
           case RecordType::kDelta:
+            // A page's records follow its kAllocate. One that meets the page
+            // free is a flush (or relocation) whose CAS beat the free while
+            // its space was reserved after the freeing transaction's: the
+            // page is gone, and replaying the record would bring it back.
+            if (MappingTable::IsFree(mapping_->Load(h.pid))) break;
             mapping_->RecoverySet(h.pid, MappingTable::FromLss(address));
             break;
           case RecordType::kAllocate:
@@ -1185,6 +1190,7 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
   // the record may become stable: a checkpoint whose RSP (Hi-Stable) is past
   // this record must see them, or recovery, which does not replay the record,
   // would bring the freed pages back and lose the new ones.
+  if (before_frees_for_test_) before_frees_for_test_();
   FreePagesNow(txn->freed_);
   EndTransaction(txn);
   NoteAnnotation(annotation);
@@ -1197,8 +1203,10 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
 
 void Llama::FreePagesNow(const std::vector<PageId>& pids) {
   for (PageId p : pids) {
-    const uint64_t e = mapping_->Load(p);
-    mapping_->Free(p);
+    // Retire the state the free replaced, not one loaded before it: a flush
+    // or swap-out may CAS a new head on in between, and loading first would
+    // leak that head.
+    const uint64_t e = mapping_->Free(p);
     if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
   }
 }

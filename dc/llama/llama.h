@@ -285,6 +285,9 @@ class Llama {
 
   // Test hook: the destructor will not Close(), as after a process crash.
   void TEST_SkipCloseOnDestroy() { closed_ = true; }
+  // Test hook: runs in every commit after its record is reserved and written,
+  // just before its frees take effect (where a racing flush may land).
+  void TEST_SetBeforeFrees(std::function<void()> hook) { before_frees_for_test_ = std::move(hook); }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -388,6 +391,7 @@ class Llama {
   std::atomic<LssAddress> gc_frontier_{0};  // recorded in checkpoints
   std::atomic<uint64_t> max_annotation_{0};  // see MaxAnnotation()
   bool closed_ = false;
+  std::function<void()> before_frees_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

@@ -108,18 +108,20 @@ Result<PageId> MappingTable::Allocate() {
   return pid;
 }
 
-void MappingTable::Free(PageId pid) {
+uint64_t MappingTable::Free(PageId pid) {
   assert(pid > 0 && pid < high_water());
   // release: pairs with Load()'s acquire; whoever sees the PID free also sees
-  // what the freeing thread did before. An exchange (not a store) so that a
-  // double free is caught in debug builds.
-  [[maybe_unused]] const uint64_t old = entries_[pid].exchange(kFree, std::memory_order_release);
+  // what the freeing thread did before. acq_rel: the caller retires the
+  // chain it gets back, so it must also see that chain's nodes whole. An
+  // exchange, not a store: the old state is whatever was last installed.
+  const uint64_t old = entries_[pid].exchange(kFree, std::memory_order_acq_rel);
   assert(old != kFree && (old & kTagBits) != kLinkTag && "Free of a PID that is not allocated");
   // relaxed (both): a count checked by the destructor (whose caller orders
   // every use before it) and statistics.
   pending_pushes_.fetch_add(1, std::memory_order_relaxed);
   freed_.fetch_add(1, std::memory_order_relaxed);
   epochs_->Defer(&DeferredPush, this, pid, 0);
+  return old;
 }
 
 void MappingTable::DeferredPush(void* table, uint64_t pid) {

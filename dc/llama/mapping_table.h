@@ -102,8 +102,10 @@ class MappingTable {
   // A PID whose entry is kEmptyPage. TooLarge when max_pages are in use.
   Result<PageId> Allocate();
   // REQUIRES: pid allocated. Sets the entry to 0; the PID is reused only after
-  // every thread now inside an epoch guard has left it.
-  void Free(PageId pid);
+  // every thread now inside an epoch guard has left it. Returns the entry it
+  // replaced, in the one atomic step: the caller retires that state, not one
+  // it loaded earlier (a flush or swap-out may have CASed in between).
+  uint64_t Free(PageId pid);
 
   // One past the highest PID ever allocated (PIDs start at 1); at most
   // capacity().

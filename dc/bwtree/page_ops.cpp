@@ -383,6 +383,7 @@ std::vector<const LeafImage::Delta*> SortedDeltas(const LeafImage& image,
   }
   if (order != nullptr) {
     order->clear();
+    order->reserve(sorted.size());
     for (const LeafImage::Delta* d : sorted) order->push_back(static_cast<size_t>(d - image.deltas.data()));
   }
   return sorted;

@@ -471,6 +471,16 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
 }
 
 
+LssAddress Llama::LssHeadOf(const PageNode* head) {
+  // AnalyzeChain's lss_head without its list of unflushed nodes: the first
+  // flush, partial-swap or relocation node, else the base's prior.
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (!n->is_data()) return AsFlush(n)->address;
+    if (n->kind == NodeKind::kBase) return n->prior;
+  }
+  return kNullAddress;
+}
+
 namespace {
 
 // Bytes of a page record's payload holding `nodes` (format: lss_format.md).
@@ -725,9 +735,7 @@ void Llama::PrepareReplacement(const PageNode* expected, PageNode* state) {
     n->seq = seq--;
     n->base_hint = base;
   }
-  ChainInfo info;
-  AnalyzeChain(expected, &info);
-  base->prior = info.lss_head;
+  base->prior = LssHeadOf(expected);
 }
 
 bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {

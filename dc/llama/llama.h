@@ -316,6 +316,8 @@ class Llama {
   void RunDeferredWork();
 
   static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // AnalyzeChain(head).lss_head alone, with no allocation (every Update-R).
+  static LssAddress LssHeadOf(const PageNode* head);
   // Numbers a replacement chain above `expected` and records the old state's
   // LSS place on its base (Update-R's preparation).
   void PrepareReplacement(const PageNode* expected, PageNode* state);

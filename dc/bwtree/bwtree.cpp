@@ -220,7 +220,22 @@ uint64_t BwTree::FlushBound() const {
 
 uint64_t BwTree::PurgeBound() const { return options_.purge_bound ? options_.purge_bound() : 0; }
 
+Status BwTree::ValidateOptions(const BwTreeOptions& o) {
+  auto bad = [](std::string what) { return Status::InvalidArgument("bw-tree options: " + what); };
+  if (o.limits.max_key_size == 0) return bad("limits.max_key_size must be at least 1");
+  if (o.leaf_max_records < 2) return bad("leaf_max_records must be at least 2");
+  if (o.inner_max_entries < 2) return bad("inner_max_entries must be at least 2");
+  if (o.node_max_bytes < 1024) return bad("node_max_bytes must be at least 1024");
+  if (2 * o.leaf_merge_records >= o.leaf_max_records) {
+    return bad("leaf_merge_records (" + std::to_string(o.leaf_merge_records) +
+               ") must be below half of leaf_max_records (" +
+               std::to_string(o.leaf_max_records) + ")");
+  }
+  return Status::OK();
+}
+
 Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options) {
+  RETURN_IF_ERROR(ValidateOptions(options));
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();
   Result<const PageNode*> meta = llama->Read(kMetaPid);

@@ -152,8 +152,14 @@ class BwTree {
  public:
   // Opens the tree kept in `llama`, creating an empty one (meta page and a
   // root leaf, in one system transaction) when the store holds no pages.
-  // Corruption when page 1 is not a Bw-tree meta page.
+  // Corruption when page 1 is not a Bw-tree meta page; InvalidArgument for
+  // options the tree cannot keep (ValidateOptions).
   static Result<std::unique_ptr<BwTree>> Open(llama::Llama* llama, BwTreeOptions options = {});
+  // InvalidArgument naming the first option out of bounds: a node must be
+  // able to split (at least 2 records or entries, 1 KiB), keys must have a
+  // size, and a split's halves must be above the merge threshold (else
+  // each split would invite a merge and the tree would not settle).
+  static Status ValidateOptions(const BwTreeOptions& options);
 
   // Reads the key: NotFound when absent or deleted.
   Result<Record> Get(Slice key);

@@ -139,6 +139,37 @@ TEST_CASE("Open rejects a store whose page 1 is not a Bw-tree meta page", "[dc][
   CHECK(r.status().IsCorruption());
 }
 
+TEST_CASE("Open rejects options the tree cannot keep", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  auto l = OpenLlama(env.get(), TreeLlamaOptions());
+  const BwTreeOptions good = SmallNodeOptions();
+  REQUIRE(BwTree::ValidateOptions(good).ok());
+  REQUIRE(BwTree::ValidateOptions(BwTreeOptions{}).ok());
+  struct Case {
+    const char* what;
+    void (*change)(BwTreeOptions*);
+  };
+  const Case cases[] = {
+      {"max_key_size", [](BwTreeOptions* o) { o->limits.max_key_size = 0; }},
+      {"leaf_max_records", [](BwTreeOptions* o) { o->leaf_max_records = 1; }},
+      {"inner_max_entries", [](BwTreeOptions* o) { o->inner_max_entries = 1; }},
+      {"node_max_bytes", [](BwTreeOptions* o) { o->node_max_bytes = 1023; }},
+      {"leaf_merge_records", [](BwTreeOptions* o) { o->leaf_merge_records = o->leaf_max_records / 2; }},
+  };
+  for (const Case& c : cases) {
+    BwTreeOptions o = good;
+    c.change(&o);
+    auto r = BwTree::Open(l.get(), o);
+    INFO(c.what << ": " << r.status().ToString());
+    CHECK(r.status().IsInvalidArgument());
+    CHECK(r.status().ToString().find(c.what) != std::string::npos);
+  }
+  // Nothing was bootstrapped by the rejected opens: a valid one creates the tree.
+  auto t = BwTree::Open(l.get(), good);
+  REQUIRE(t.ok());
+  RequireCheck(t->get());
+}
+
 TEST_CASE("Write kinds follow their existence rules", "[dc][bwtree]") {
   // The same script on a plain tree and on one that consolidates after
   // every delta, so each rule is checked over deltas and over bases.

@@ -1,6 +1,7 @@
 #include "bench/bench_util.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -40,6 +41,9 @@ constexpr char kRoundsHelp[] =
 constexpr char kRecordsHelp[] =
     "  --records N      records per workload (1-100000000; default: the program's)\n";
 
+constexpr char kSetHelp[] =
+    "  --set NAME=VALUE set a tuning option (repeatable; see Options below)\n";
+
 void PrintUsage(std::FILE* out, const ProgramInfo& info) {
   std::string threads;
   for (int t : info.default_threads) {
@@ -47,19 +51,27 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
     threads.append(std::to_string(t));
   }
   fmt::print(out,
-             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST]{}{} [--help]\n\n"
+             "usage: {} [--quick] [--dir PATH] [--threads LIST] [--only LIST]{}{}{} [--help]\n\n"
              "{}\n\n"
              "  --quick          small volumes: the whole program runs in under a minute\n"
              "  --dir PATH       scratch directory (default: a fresh directory under /tmp,\n"
              "                   removed at exit)\n"
              "  --threads LIST   comma-separated thread counts (default {})\n"
              "  --only LIST      comma-separated workload groups to run (default: all)\n"
-             "{}{}"
+             "{}{}{}"
              "  --help           this text\n\n"
              "Results: one JSON object per line on stdout; progress on stderr.\n",
              info.name, info.takes_rounds ? " [--rounds N]" : "",
-             info.takes_records ? " [--records N]" : "", info.description, threads,
-             info.takes_rounds ? kRoundsHelp : "", info.takes_records ? kRecordsHelp : "");
+             info.takes_records ? " [--records N]" : "",
+             info.settings.empty() ? "" : " [--set NAME=VALUE]", info.description, threads,
+             info.takes_rounds ? kRoundsHelp : "", info.takes_records ? kRecordsHelp : "",
+             info.settings.empty() ? "" : kSetHelp);
+  if (!info.settings.empty()) {
+    fmt::print(out, "\nOptions (--set):\n");
+    for (const Setting& o : info.settings) {
+      fmt::print(out, "  {:<26} {} ({}-{}, default {})\n", o.name, o.help, o.min, o.max, o.value);
+    }
+  }
   if (!info.groups.empty()) {
     fmt::print(out, "\nWorkload groups:\n");
     for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);
@@ -125,6 +137,14 @@ bool BenchArgs::Wants(std::string_view group) const {
   return only.empty() || only.count(std::string(group)) != 0;
 }
 
+uint64_t BenchArgs::SettingValue(std::string_view name) const {
+  for (const Setting& o : settings) {
+    if (o.name == name) return o.value;
+  }
+  assert(false && "setting not declared by the program");
+  return 0;
+}
+
 int BenchArgs::MaxThreads() const {
   int m = 1;
   for (int t : threads) m = std::max(m, t);
@@ -154,10 +174,34 @@ Status ScratchDir::Init(const std::string& requested) {
   return Status::OK();
 }
 
+// --set NAME=VALUE: a declared setting, a decimal value in its range.
+void ApplySetting(const ProgramInfo& info, std::string_view text, std::vector<Setting>* settings) {
+  const size_t eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) {
+    UsageError(info, fmt::format("--set needs NAME=VALUE, not '{}'", text));
+  }
+  const std::string_view name = text.substr(0, eq);
+  const std::string value(text.substr(eq + 1));
+  for (Setting& o : *settings) {
+    if (o.name != name) continue;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
+    if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0 || v < o.min ||
+        v > o.max) {
+      UsageError(info, fmt::format("bad value '{}' for {} ({}-{})", value, name, o.min, o.max));
+    }
+    o.value = v;
+    return;
+  }
+  UsageError(info, fmt::format("unknown option '{}' for --set (see --help)", name));
+}
+
 BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* scratch) {
   ProgramSeconds();  // start the program clock
   BenchArgs args;
   args.threads = info.default_threads;
+  args.settings = info.settings;
   std::string dir;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -184,6 +228,8 @@ BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* 
     } else if (a == "--records" && info.takes_records) {
       args.records = static_cast<size_t>(
           ParseCount(info, std::string(value()), 100'000'000, "record count"));
+    } else if (a == "--set" && !info.settings.empty()) {
+      ApplySetting(info, value(), &args.settings);
     } else if (a == "--only") {
       for (const std::string& g : SplitCommas(value())) {
         bool known = false;

@@ -33,6 +33,16 @@
 
 namespace deuteron::bench {
 
+// A tuning option of the system measured, set by --set NAME=VALUE; `value`
+// is its default, [min, max] its accepted range.
+struct Setting {
+  std::string name;
+  std::string help;
+  uint64_t min = 0;
+  uint64_t max = 0;
+  uint64_t value = 0;
+};
+
 // What a program tells the parser about itself, for --help.
 struct ProgramInfo {
   std::string name;             // "llama_bench"
@@ -46,6 +56,8 @@ struct ProgramInfo {
   // Whether the program's data volume can be set (--records N); others
   // reject the flag.
   bool takes_records = false;
+  // The options --set may change; none: the program rejects --set.
+  std::vector<Setting> settings;
 };
 
 struct BenchArgs {
@@ -59,9 +71,13 @@ struct BenchArgs {
   int rounds = 1;
   // Records per workload (--records; 0: the program's own default).
   size_t records = 0;
+  // The program's settings, --set values applied over the defaults.
+  std::vector<Setting> settings;
 
   // Whether the group of workloads `group` should run (--only).
   bool Wants(std::string_view group) const;
+  // The value of setting `name`. REQUIRES: the program declared it.
+  uint64_t SettingValue(std::string_view name) const;
   int MaxThreads() const;
 };
 

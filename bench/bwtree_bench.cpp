@@ -288,12 +288,44 @@ LlamaOptions InMemoryLlamaOptions() {
   return o;
 }
 
+// The tree's tuning options --set may change (defaults: BwTreeOptions').
+std::vector<Setting> TreeSettings() {
+  const bwtree::BwTreeOptions d;
+  return {
+      {"leaf_delta_threshold", "consolidate a leaf above this many deltas", 0, 1024,
+       d.leaf_delta_threshold},
+      {"inner_delta_threshold", "consolidate an inner node above this many deltas", 0, 1024,
+       d.inner_delta_threshold},
+      {"leaf_read_delta_threshold", "a read consolidates at this many foldable deltas; 0: never",
+       0, 1024, d.leaf_read_delta_threshold},
+      {"leaf_max_records", "split a leaf above this many records", 2, 65536, d.leaf_max_records},
+      {"inner_max_entries", "split an inner node above this many entries", 2, 65536,
+       d.inner_max_entries},
+      {"leaf_merge_records", "merge a leaf at or below this many records; 0: never", 0, 32768,
+       d.leaf_merge_records},
+      {"node_max_bytes", "split a node whose state is larger", 1024, 1 << 20, d.node_max_bytes},
+  };
+}
+
+bwtree::BwTreeOptions TreeOptions(const BenchArgs& args) {
+  bwtree::BwTreeOptions o;
+  o.leaf_delta_threshold = args.SettingValue("leaf_delta_threshold");
+  o.inner_delta_threshold = args.SettingValue("inner_delta_threshold");
+  o.leaf_read_delta_threshold = args.SettingValue("leaf_read_delta_threshold");
+  o.leaf_max_records = args.SettingValue("leaf_max_records");
+  o.inner_max_entries = args.SettingValue("inner_max_entries");
+  o.leaf_merge_records = args.SettingValue("leaf_merge_records");
+  o.node_max_bytes = args.SettingValue("node_max_bytes");
+  return o;
+}
+
 SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, int threads,
-                    int round, bool* failed) {
+                    int round, const BenchArgs& args, bool* failed) {
   auto env = NewMemEnv();
   std::unique_ptr<Llama> llama =
       CheckOk(Llama::Open(env.get(), "/bwtree", InMemoryLlamaOptions()), "opening LLAMA in memory");
-  std::unique_ptr<BwTree> tree = CheckOk(BwTree::Open(llama.get()), "opening the Bw-tree");
+  std::unique_ptr<BwTree> tree =
+      CheckOk(BwTree::Open(llama.get(), TreeOptions(args)), "opening the Bw-tree");
   // After opening: the LSS buffers and the empty tree are not the records'.
   const uint64_t heap0 = HeapBytesInUse();
   BwTree* t = tree.get();
@@ -362,6 +394,7 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("heap_bytes", heap)
       .Set("heap_bytes_per_record",
            Ratio(static_cast<double>(heap), static_cast<double>(data.size())));
+  for (const Setting& o : args.settings) ins.Set(o.name, o.value);
   ins.SetString("check", check.ok() ? "passed" : "failed");
   ins.Print();
 
@@ -538,11 +571,13 @@ int Main(int argc, char** argv) {
   info.default_threads = {1, 2};
   info.takes_rounds = true;
   info.takes_records = true;
+  info.settings = TreeSettings();
   for (const Workload& w : kWorkloads) info.groups.emplace_back(w.name, w.description);
   info.groups.emplace_back(kMissLatencyGroup,
                            "one thread's dependent loads over 1-256 MiB (the cost of a miss)");
   ScratchDir scratch;
   const BenchArgs args = ParseArgs(argc, argv, info, &scratch);
+  CheckOk(BwTree::ValidateOptions(TreeOptions(args)), "--set");
   const size_t n = args.records != 0 ? args.records : args.quick ? 100'000 : 1'000'000;
   std::string thread_list;
   for (int t : args.threads) thread_list += (thread_list.empty() ? "" : ",") + std::to_string(t);
@@ -563,11 +598,11 @@ int Main(int argc, char** argv) {
         // falls on both.
         SystemRun ours, base;
         if (round % 2 == 1) {
-          ours = RunBwTree(w, data, plan, threads, round, &failed);
+          ours = RunBwTree(w, data, plan, threads, round, args, &failed);
           base = RunStdMap(w, data, plan, threads, round, &failed);
         } else {
           base = RunStdMap(w, data, plan, threads, round, &failed);
-          ours = RunBwTree(w, data, plan, threads, round, &failed);
+          ours = RunBwTree(w, data, plan, threads, round, args, &failed);
         }
         inserts.Add(PrintRatio(w, "insert", threads, round, ours.insert, base.insert,
                                kInsertTarget),

@@ -470,7 +470,6 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
   }
 }
 
-
 LssAddress Llama::LssHeadOf(const PageNode* head) {
   // AnalyzeChain's lss_head without its list of unflushed nodes: the first
   // flush, partial-swap or relocation node, else the base's prior.

@@ -84,12 +84,21 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
   std::exit(2);
 }
 
-// A count in [1, max], or a usage error naming `what`.
-int ParseCount(const ProgramInfo& info, const std::string& text, long max, std::string_view what) {
+// Whether `text` is a decimal number in [min, max] (no sign, nothing after).
+bool ParseNumber(const std::string& text, uint64_t min, uint64_t max, uint64_t* out) {
+  if (text.empty() || text[0] < '0' || text[0] > '9') return false;
   char* end = nullptr;
   errno = 0;
-  const long n = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0 || n < 1 || n > max) {
+  const unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0 || n < min || n > max) return false;
+  *out = n;
+  return true;
+}
+
+// A count in [1, max], or a usage error naming `what`.
+int ParseCount(const ProgramInfo& info, const std::string& text, long max, std::string_view what) {
+  uint64_t n = 0;
+  if (!ParseNumber(text, 1, static_cast<uint64_t>(max), &n)) {
     UsageError(info, fmt::format("bad {} '{}' (1-{})", what, text, max));
   }
   return static_cast<int>(n);
@@ -184,14 +193,9 @@ void ApplySetting(const ProgramInfo& info, std::string_view text, std::vector<Se
   const std::string value(text.substr(eq + 1));
   for (Setting& o : *settings) {
     if (o.name != name) continue;
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long v = std::strtoull(value.c_str(), &end, 10);
-    if (value.empty() || value[0] == '-' || *end != '\0' || errno != 0 || v < o.min ||
-        v > o.max) {
+    if (!ParseNumber(value, o.min, o.max, &o.value)) {
       UsageError(info, fmt::format("bad value '{}' for {} ({}-{})", value, name, o.min, o.max));
     }
-    o.value = v;
     return;
   }
   UsageError(info, fmt::format("unknown option '{}' for --set (see --help)", name));

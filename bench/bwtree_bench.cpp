@@ -288,34 +288,41 @@ LlamaOptions InMemoryLlamaOptions() {
   return o;
 }
 
-// The tree's tuning options --set may change (defaults: BwTreeOptions').
+// The tree's tuning options --set may change: name, help, range, and the
+// BwTreeOptions field it sets (whose default is the setting's).
+struct TreeKnob {
+  const char* name;
+  const char* help;
+  uint64_t min, max;
+  size_t bwtree::BwTreeOptions::*field;
+};
+constexpr TreeKnob kTreeKnobs[] = {
+    {"leaf_delta_threshold", "consolidate a leaf above this many deltas", 0, 1024,
+     &bwtree::BwTreeOptions::leaf_delta_threshold},
+    {"inner_delta_threshold", "consolidate an inner node above this many deltas", 0, 1024,
+     &bwtree::BwTreeOptions::inner_delta_threshold},
+    {"leaf_read_delta_threshold", "a read consolidates at this many foldable deltas; 0: never", 0,
+     1024, &bwtree::BwTreeOptions::leaf_read_delta_threshold},
+    {"leaf_max_records", "split a leaf above this many records", 2, 65536,
+     &bwtree::BwTreeOptions::leaf_max_records},
+    {"inner_max_entries", "split an inner node above this many entries", 2, 65536,
+     &bwtree::BwTreeOptions::inner_max_entries},
+    {"leaf_merge_records", "merge a leaf at or below this many records; 0: never", 0, 32768,
+     &bwtree::BwTreeOptions::leaf_merge_records},
+    {"node_max_bytes", "split a node whose state is larger", 1024, 1 << 20,
+     &bwtree::BwTreeOptions::node_max_bytes},
+};
+
 std::vector<Setting> TreeSettings() {
-  const bwtree::BwTreeOptions d;
-  return {
-      {"leaf_delta_threshold", "consolidate a leaf above this many deltas", 0, 1024,
-       d.leaf_delta_threshold},
-      {"inner_delta_threshold", "consolidate an inner node above this many deltas", 0, 1024,
-       d.inner_delta_threshold},
-      {"leaf_read_delta_threshold", "a read consolidates at this many foldable deltas; 0: never",
-       0, 1024, d.leaf_read_delta_threshold},
-      {"leaf_max_records", "split a leaf above this many records", 2, 65536, d.leaf_max_records},
-      {"inner_max_entries", "split an inner node above this many entries", 2, 65536,
-       d.inner_max_entries},
-      {"leaf_merge_records", "merge a leaf at or below this many records; 0: never", 0, 32768,
-       d.leaf_merge_records},
-      {"node_max_bytes", "split a node whose state is larger", 1024, 1 << 20, d.node_max_bytes},
-  };
+  const bwtree::BwTreeOptions defaults;
+  std::vector<Setting> out;
+  for (const TreeKnob& k : kTreeKnobs) out.push_back({k.name, k.help, k.min, k.max, defaults.*k.field});
+  return out;
 }
 
 bwtree::BwTreeOptions TreeOptions(const BenchArgs& args) {
   bwtree::BwTreeOptions o;
-  o.leaf_delta_threshold = args.SettingValue("leaf_delta_threshold");
-  o.inner_delta_threshold = args.SettingValue("inner_delta_threshold");
-  o.leaf_read_delta_threshold = args.SettingValue("leaf_read_delta_threshold");
-  o.leaf_max_records = args.SettingValue("leaf_max_records");
-  o.inner_max_entries = args.SettingValue("inner_max_entries");
-  o.leaf_merge_records = args.SettingValue("leaf_merge_records");
-  o.node_max_bytes = args.SettingValue("node_max_bytes");
+  for (const TreeKnob& k : kTreeKnobs) o.*k.field = args.SettingValue(k.name);
   return o;
 }
 

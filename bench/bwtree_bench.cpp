@@ -16,8 +16,6 @@
 // lookup that misses or reads a wrong value or LSN, an error from the tree, or
 // a failed BwTree::Check() ends the program with status 1 after the result
 // lines.
-#include <malloc.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -33,6 +31,7 @@
 #include "bench/bench_util.h"
 #include "common/coding.h"
 #include "common/env.h"
+#include "common/heap.h"
 #include "common/random.h"
 #include "common/slice.h"
 #include "dc/bwtree/bwtree.h"
@@ -228,13 +227,6 @@ PhaseResult RunPhase(const std::vector<std::vector<uint32_t>>& per_thread, Op op
   return r;
 }
 
-// Bytes malloc has handed out and not taken back (all arenas, mmapped chunks
-// included).
-uint64_t HeapBytesInUse() {
-  const struct mallinfo2 mi = mallinfo2();
-  return static_cast<uint64_t>(mi.uordblks) + static_cast<uint64_t>(mi.hblkhd);
-}
-
 ResultLine PhaseLine(const Workload& w, const char* system, const char* phase, int threads,
                      int round, const PhaseResult& r) {
   ResultLine line(kBench, w.name, system, threads, r.ops, r.seconds);
@@ -398,6 +390,7 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("txn_commits", ls.txn_commits)
       .Set("flushes", ls.flushes)
       .Set("llama_memory_bytes", llama_memory)
+      .SetString("allocator", HeapAllocatorName())
       .Set("heap_bytes", heap)
       .Set("heap_bytes_per_record",
            Ratio(static_cast<double>(heap), static_cast<double>(data.size())));
@@ -466,6 +459,7 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
   }
 
   PhaseLine(w, "std_map", "insert", threads, round, run.insert)
+      .SetString("allocator", HeapAllocatorName())
       .Set("heap_bytes", heap)
       .Set("heap_bytes_per_record",
            Ratio(static_cast<double>(heap), static_cast<double>(data.size())))

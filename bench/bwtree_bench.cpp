@@ -227,6 +227,15 @@ PhaseResult RunPhase(const std::vector<std::vector<uint32_t>>& per_thread, Op op
   return r;
 }
 
+// An insert line's memory fields: the bytes the phase added to the heap, as
+// the process allocator counts them, in all and per record.
+ResultLine& SetHeap(ResultLine& line, uint64_t heap, size_t records) {
+  return line.SetString("allocator", HeapAllocatorName())
+      .Set("heap_bytes", heap)
+      .Set("heap_bytes_per_record",
+           Ratio(static_cast<double>(heap), static_cast<double>(records)));
+}
+
 ResultLine PhaseLine(const Workload& w, const char* system, const char* phase, int threads,
                      int round, const PhaseResult& r) {
   ResultLine line(kBench, w.name, system, threads, r.ops, r.seconds);
@@ -389,11 +398,8 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("pages", ls.pages)
       .Set("txn_commits", ls.txn_commits)
       .Set("flushes", ls.flushes)
-      .Set("llama_memory_bytes", llama_memory)
-      .SetString("allocator", HeapAllocatorName())
-      .Set("heap_bytes", heap)
-      .Set("heap_bytes_per_record",
-           Ratio(static_cast<double>(heap), static_cast<double>(data.size())));
+      .Set("llama_memory_bytes", llama_memory);
+  SetHeap(ins, heap, data.size());
   for (const Setting& o : args.settings) ins.Set(o.name, o.value);
   ins.SetString("check", check.ok() ? "passed" : "failed");
   ins.Print();
@@ -458,12 +464,8 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
     *failed = true;
   }
 
-  PhaseLine(w, "std_map", "insert", threads, round, run.insert)
-      .SetString("allocator", HeapAllocatorName())
-      .Set("heap_bytes", heap)
-      .Set("heap_bytes_per_record",
-           Ratio(static_cast<double>(heap), static_cast<double>(data.size())))
-      .Print();
+  ResultLine ins = PhaseLine(w, "std_map", "insert", threads, round, run.insert);
+  SetHeap(ins, heap, data.size()).Print();
   PhaseLine(w, "std_map", "lookup", threads, round, run.lookup).Print();
   return run;
 }

@@ -429,8 +429,31 @@ void Llama::RetireChain(const PageNode* head) {
 // ---------------------------------------------------------------------------
 // Chains
 
+namespace {
+
+// The node that says where a chain's LSS state starts: the first one that is
+// not a delta. A flush, partial-swap or relocation node holds it at its
+// address; a base at its prior (the state it replaced). Null: an empty chain.
+const PageNode* LssHeadNode(const PageNode* head) {
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind != NodeKind::kDelta) return n;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
   *info = ChainInfo();
+  const PageNode* lss_node = LssHeadNode(head);
+  if (lss_node != nullptr && !lss_node->is_data()) {
+    const FlushNode* f = AsFlush(lss_node);
+    info->lss_head = f->address;
+    info->lss_end = f->end;
+    info->lss_base = f->base;
+  } else if (lss_node != nullptr) {
+    info->lss_head = lss_node->prior;
+  }
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     switch (n->kind) {
       case NodeKind::kFlush:
@@ -442,20 +465,10 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
           info->flush_seq = n->kind == NodeKind::kPartialSwap ? f->seq_hi : f->seq;
           info->annotation = f->annotation;
         }
-        if (info->lss_head == kNullAddress) {
-          info->lss_head = f->address;
-          info->lss_end = f->end;
-          info->lss_base = f->base;
-        }
         if (n->kind == NodeKind::kPartialSwap) info->partial_swap = true;
         break;
       }
       case NodeKind::kRelocation:
-        if (info->lss_head == kNullAddress) {
-          info->lss_head = AsFlush(n)->address;
-          info->lss_end = AsFlush(n)->end;
-          info->lss_base = AsFlush(n)->base;
-        }
         break;
       case NodeKind::kBase:
       case NodeKind::kDelta: {
@@ -464,7 +477,6 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
         if (n->kind == NodeKind::kBase) {
           info->base = n;
           info->base_flushed = flushed;
-          if (info->lss_head == kNullAddress) info->lss_head = n->prior;
         }
         break;
       }
@@ -473,13 +485,9 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
 }
 
 LssAddress Llama::LssHeadOf(const PageNode* head) {
-  // AnalyzeChain's lss_head without its list of unflushed nodes: the first
-  // flush, partial-swap or relocation node, else the base's prior.
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (!n->is_data()) return AsFlush(n)->address;
-    if (n->kind == NodeKind::kBase) return n->prior;
-  }
-  return kNullAddress;
+  const PageNode* n = LssHeadNode(head);
+  if (n == nullptr) return kNullAddress;
+  return n->is_data() ? n->prior : AsFlush(n)->address;
 }
 
 namespace {

@@ -10,8 +10,9 @@
 // miss_latency). What each figure means: bench/README.md.
 //
 // Every (workload, threads) pair builds a fresh tree and a fresh map from the
-// same pre-generated keys, values and lookup sequences, so nothing but the
-// operations themselves is timed. With --rounds N each pair runs N times
+// same pre-generated keys, values and lookup sequences, laid out in the
+// order each thread uses them, so nothing but the operations themselves is
+// timed. With --rounds N each pair runs N times
 // (alternating which side goes first) and median ratio lines close it. A
 // lookup that misses or reads a wrong value or LSN, an error from the tree, or
 // a failed BwTree::Check() ends the program with status 1 after the result
@@ -124,31 +125,59 @@ class DataSet {
   std::vector<char> values_;
 };
 
-// Which records each thread inserts and looks up, in order.
-struct Plan {
-  std::vector<std::vector<uint32_t>> inserts;  // together: every record once
-  std::vector<std::vector<uint32_t>> lookups;  // n / threads random records each
+// One thread's operations in order: record numbers, and their keys and
+// values copied in that same order. The harness's own reads are then
+// sequential. Looked up through the DataSet, a random record's key and
+// value were two cache misses per lookup, charged alike to both systems,
+// which hid part of the difference between them (dc/bwtree/bwtree.md).
+struct OpStream {
+  std::vector<uint32_t> records;
+  std::vector<char> keys;
+  std::vector<char> values;
+  size_t key_size = 0;
+
+  void Add(const DataSet& data, uint32_t i) {
+    records.push_back(i);
+    const Slice k = data.key(i), v = data.value(i);
+    keys.insert(keys.end(), k.data(), k.data() + k.size());
+    values.insert(values.end(), v.data(), v.data() + v.size());
+  }
+  size_t size() const { return records.size(); }
 };
 
-Plan MakePlan(const Workload& w, size_t n, int threads) {
+// Operation k of a stream, as the op functions see it.
+struct OpRecord {
+  uint32_t i;   // record number: key(i) -> value(i), LSN i + 1
+  Slice key;    // == data.key(i)
+  Slice value;  // == data.value(i)
+};
+
+// Which records each thread inserts and looks up, in order.
+struct Plan {
+  std::vector<OpStream> inserts;  // together: every record once
+  std::vector<OpStream> lookups;  // n / threads random records each
+};
+
+Plan MakePlan(const Workload& w, const DataSet& data, int threads) {
   Plan p;
+  const size_t n = data.size();
   const size_t t_count = static_cast<size_t>(threads);
   p.inserts.resize(t_count);
   p.lookups.resize(t_count);
   for (size_t t = 0; t < t_count; ++t) {
+    OpStream& ins = p.inserts[t];
+    OpStream& look = p.lookups[t];
+    ins.key_size = look.key_size = data.key_size();
     if (w.kind == KeyKind::kMonotonic8) {
-      for (size_t i = t; i < n; i += t_count) p.inserts[t].push_back(static_cast<uint32_t>(i));
+      for (size_t i = t; i < n; i += t_count) ins.Add(data, static_cast<uint32_t>(i));
     } else {
       for (size_t i = n * t / t_count; i < n * (t + 1) / t_count; ++i) {
-        p.inserts[t].push_back(static_cast<uint32_t>(i));
+        ins.Add(data, static_cast<uint32_t>(i));
       }
     }
     Random64 rnd(0x100cu + t);
     const size_t lookups = n / t_count;
-    p.lookups[t].reserve(lookups);
-    for (size_t k = 0; k < lookups; ++k) {
-      p.lookups[t].push_back(static_cast<uint32_t>(rnd.Uniform(n)));
-    }
+    for (size_t k = 0; k < lookups; ++k) look.Add(data, static_cast<uint32_t>(rnd.Uniform(n)));
   }
   return p;
 }
@@ -178,29 +207,32 @@ struct PhaseResult {
   double ops_per_s() const { return Ratio(static_cast<double>(ops), seconds); }
 };
 
-// Runs op(record, &error) for every record of per_thread[t] on thread t.
+// Runs op(record, &error) for every operation of per_thread[t] on thread t.
 // A thread stops at its first error (a Status from the system under test);
 // misses and wrong reads are counted and the thread goes on.
 template <typename Op>
-PhaseResult RunPhase(const std::vector<std::vector<uint32_t>>& per_thread, Op op) {
+PhaseResult RunPhase(const std::vector<OpStream>& per_thread, Op op) {
   const int threads = static_cast<int>(per_thread.size());
   std::vector<ThreadTally> tallies(per_thread.size());
   LatencySet latencies(threads);
   const double cpu0 = ProcessCpuSeconds();
   Stopwatch sw;
   RunThreads(threads, [&](int t) {
-    const std::vector<uint32_t>& records = per_thread[static_cast<size_t>(t)];
+    const OpStream& ops = per_thread[static_cast<size_t>(t)];
     ThreadTally& tally = tallies[static_cast<size_t>(t)];
     Histogram* h = latencies.ForThread(t);
     std::string error;
-    for (size_t k = 0; k < records.size(); ++k) {
+    const size_t ks = ops.key_size;
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const OpRecord r{ops.records[k], Slice(&ops.keys[k * ks], ks),
+                       Slice(&ops.values[k * kValueSize], kValueSize)};
       Outcome o;
       if (k % kLatencySample == 0) {
         const uint64_t t0 = NowNanos();
-        o = op(records[k], &error);
+        o = op(r, &error);
         h->Record(NowNanos() - t0);
       } else {
-        o = op(records[k], &error);
+        o = op(r, &error);
       }
       tally.ops++;
       if (o == Outcome::kOk) continue;
@@ -340,8 +372,8 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
 
   SystemRun run;
   Progress("{} bwtree threads={}: inserting {} records", w.name, threads, data.size());
-  run.insert = RunPhase(plan.inserts, [&](uint32_t i, std::string* error) {
-    Status s = t->Upsert(data.key(i), data.value(i), uint64_t{i} + 1);
+  run.insert = RunPhase(plan.inserts, [&](const OpRecord& op, std::string* error) {
+    Status s = t->Upsert(op.key, op.value, uint64_t{op.i} + 1);
     if (s.ok()) return Outcome::kOk;
     *error = s.ToString();
     return Outcome::kError;
@@ -354,14 +386,14 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
 
   Progress("{} bwtree threads={}: {:.0f} inserts/s; looking up random keys", w.name, threads,
            run.insert.ops_per_s());
-  run.lookup = RunPhase(plan.lookups, [&](uint32_t i, std::string* error) {
-    Result<bwtree::Record> r = t->Get(data.key(i));
+  run.lookup = RunPhase(plan.lookups, [&](const OpRecord& op, std::string* error) {
+    Result<bwtree::Record> r = t->Get(op.key);
     if (!r.ok()) {
       if (r.status().IsNotFound()) return Outcome::kMiss;
       *error = r.status().ToString();
       return Outcome::kError;
     }
-    if (r->lsn != uint64_t{i} + 1 || Slice(r->value) != data.value(i)) return Outcome::kWrong;
+    if (r->lsn != uint64_t{op.i} + 1 || Slice(r->value) != op.value) return Outcome::kWrong;
     return Outcome::kOk;
   });
   const BwTree::Stats after_lookup = t->GetStats();
@@ -436,9 +468,9 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
   LockedMap* lm = m.get();
   SystemRun run;
   Progress("{} std_map threads={}: inserting {} records", w.name, threads, data.size());
-  run.insert = RunPhase(plan.inserts, [&](uint32_t i, std::string*) {
-    std::string key = data.key(i).ToString();
-    std::string value = data.value(i).ToString();
+  run.insert = RunPhase(plan.inserts, [&](const OpRecord& op, std::string*) {
+    std::string key = op.key.ToString();
+    std::string value = op.value.ToString();
     std::unique_lock<std::shared_mutex> lock(lm->mu);
     lm->map.insert_or_assign(std::move(key), std::move(value));
     return Outcome::kOk;
@@ -447,15 +479,15 @@ SystemRun RunStdMap(const Workload& w, const DataSet& data, const Plan& plan, in
   *failed |= ReportFailures(w, "std_map", "insert", threads, run.insert);
   Progress("{} std_map threads={}: {:.0f} inserts/s; looking up", w.name, threads,
            run.insert.ops_per_s());
-  run.lookup = RunPhase(plan.lookups, [&](uint32_t i, std::string*) {
+  run.lookup = RunPhase(plan.lookups, [&](const OpRecord& op, std::string*) {
     std::string value;
     {
       std::shared_lock<std::shared_mutex> lock(lm->mu);
-      auto it = lm->map.find(data.key(i).view());
+      auto it = lm->map.find(op.key.view());
       if (it == lm->map.end()) return Outcome::kMiss;
       value = it->second;
     }
-    return Slice(value) == data.value(i) ? Outcome::kOk : Outcome::kWrong;
+    return Slice(value) == op.value ? Outcome::kOk : Outcome::kWrong;
   });
   *failed |= ReportFailures(w, "std_map", "lookup", threads, run.lookup);
   if (lm->map.size() != data.size()) {
@@ -594,7 +626,7 @@ int Main(int argc, char** argv) {
     Progress("{}: generating {} keys", w.name, n);
     const DataSet data(w, n);
     for (int threads : args.threads) {
-      const Plan plan = MakePlan(w, n, threads);
+      const Plan plan = MakePlan(w, data, threads);
       RatioSeries inserts, lookups;
       for (int round = 1; round <= args.rounds; ++round) {
         // Alternate which side runs first, so a drift in the host's speed

@@ -54,6 +54,21 @@ inline void PrefetchBase(const PageNode* head) {
   __builtin_prefetch(p + 192);
 }
 
+// Asks for a page's first lines (head node, and for a base its header and
+// slot table: 128 records' slots end near line 16) as soon as the mapping
+// table names the head, before anything in it is read. For a page whose slot
+// table is about to be searched, the search's misses then overlap the head's
+// instead of following it (a base's header says where its slots are, so
+// PrefetchBase and LowerBound can only ask for them after the head arrived).
+// Wasted on a delta head, which lookups rarely meet (reads consolidate
+// chains longer than leaf_read_delta_threshold).
+constexpr int kHeadPrefetchLines = 16;
+inline void PrefetchHead(const PageNode* head) {
+  if (head == nullptr) return;
+  const char* p = reinterpret_cast<const char*>(head);
+  for (int i = 0; i < kHeadPrefetchLines; ++i) __builtin_prefetch(p + 64 * i);
+}
+
 // The chain's base, parsed into *out; *deltas counts the deltas above it.
 Status BaseOf(const PageNode* head, size_t* deltas, BaseView* out) {
   size_t count = 0;
@@ -285,7 +300,8 @@ Status BwTree::Bootstrap() {
 
 // ---- Descent ----------------------------------------------------------------------
 
-Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path) {
+Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path,
+                       bool search_target) {
   constexpr uint32_t kAnyLevel = std::numeric_limits<uint32_t>::max();
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (attempt > 0) counters_->restarts.Add();
@@ -297,6 +313,8 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       Result<const PageNode*> read = llama_->Read(pid);
       if (!read.ok() && !read.status().IsNotFound()) return read.status();
       const PageNode* head = read.ok() ? *read : nullptr;
+      // Inner pages are always searched; the target page only for a read.
+      if (search_target || expect != target_level) PrefetchHead(head);
       PrefetchBase(head);
       // B-link rule: any page of the right level whose low key is at or
       // below the key is a correct place to continue from (right moves do
@@ -410,7 +428,7 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
   };
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Path path;
-    RETURN_IF_ERROR(Descend(key, false, 0, &path));
+    RETURN_IF_ERROR(Descend(key, false, 0, &path, need_record));
     PageId pid = path.pid;
     const PageNode* head = path.head;
     bool restart = false;

@@ -260,8 +260,11 @@ class BwTree {
 
   // Descends to the first node at `target_level` on the way to `key` (with
   // `before`: to the largest key below it), completing unfinished SMOs met
-  // on the way. The caller follows right moves at that level.
-  Status Descend(Slice key, bool before, uint32_t target_level, Path* path);
+  // on the way. The caller follows right moves at that level. With
+  // `search_target` (the caller will search the target page's records), that
+  // page's slot table is prefetched with its head, as inner pages' always are.
+  Status Descend(Slice key, bool before, uint32_t target_level, Path* path,
+                 bool search_target = false);
   // The leaf holding `key`, after right moves and merged-sibling reads.
   // Without `need_record` only the page is found (for a blind write): the
   // answer's outcome is kNotFound and its hint kNoHint, whatever the key's

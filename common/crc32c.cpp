@@ -74,6 +74,58 @@ uint32_t ExtendPortable(uint32_t init_crc, const char* data, size_t n) {
 
 #if defined(__x86_64__)
 
+namespace {
+
+// Three streams at once. The crc32 instruction takes three cycles but the
+// CPU starts one every cycle, so a single dependent chain of them runs at a
+// third of the speed the unit allows. A block of 3 * kStride bytes is split
+// into thirds a, b, c: a's CRC continues the running register, b's and c's
+// start from zero, all three advance together, and then
+//   register = Shift(Shift(a) ^ b) ^ c,
+// where Shift(x) is the register x carried over kStride zero bytes. This
+// holds because the raw register update (no pre- or post-inversion) is
+// linear over GF(2) in the register and the data together: the register
+// after data D from x is the register after |D| zeros from x, XOR the
+// register after D from zero. Shift is linear in x, so four 256-entry
+// tables (one per byte of x) compute it.
+constexpr size_t kStride = 512;
+
+struct ShiftTables {
+  uint32_t t[4][256];
+};
+
+__attribute__((target("sse4.2"))) uint32_t ZerosFrom(uint32_t x) {
+  uint64_t r = x;
+  for (size_t i = 0; i < kStride / 8; ++i) r = _mm_crc32_u64(r, 0);
+  return static_cast<uint32_t>(r);
+}
+
+const ShiftTables& Shifts() {
+  static const ShiftTables tables = [] {
+    ShiftTables st{};
+    uint32_t bit[32];  // Shift of each single-bit register
+    for (int i = 0; i < 32; ++i) bit[i] = ZerosFrom(uint32_t{1} << i);
+    for (int k = 0; k < 4; ++k) {
+      for (uint32_t b = 0; b < 256; ++b) {
+        uint32_t v = 0;
+        for (int j = 0; j < 8; ++j) {
+          if ((b >> j) & 1u) v ^= bit[8 * k + j];
+        }
+        st.t[k][b] = v;
+      }
+    }
+    return st;
+  }();
+  return tables;
+}
+
+inline uint32_t Shift(const ShiftTables& st, uint32_t x) {
+  return st.t[0][x & 0xffu] ^ st.t[1][(x >> 8) & 0xffu] ^ st.t[2][(x >> 16) & 0xffu] ^
+         st.t[3][x >> 24];
+}
+
+}  // namespace
+
 __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t init_crc, const char* data,
                                                           size_t n) {
   const auto* p = reinterpret_cast<const uint8_t*>(data);
@@ -86,9 +138,28 @@ __attribute__((target("sse4.2"))) uint32_t ExtendHardware(uint32_t init_crc, con
     --n;
   }
   uint64_t crc64 = crc;
+  if (n >= 3 * kStride) {
+    const ShiftTables& st = Shifts();
+    do {
+      uint64_t a = crc64, b = 0, c = 0;
+      for (size_t i = 0; i < kStride; i += 8) {
+        uint64_t wa, wb, wc;  // x86 is little-endian, as the CRC expects
+        std::memcpy(&wa, p + i, 8);
+        std::memcpy(&wb, p + kStride + i, 8);
+        std::memcpy(&wc, p + 2 * kStride + i, 8);
+        a = _mm_crc32_u64(a, wa);
+        b = _mm_crc32_u64(b, wb);
+        c = _mm_crc32_u64(c, wc);
+      }
+      const uint32_t ab = Shift(st, static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b);
+      crc64 = Shift(st, ab) ^ static_cast<uint32_t>(c);
+      p += 3 * kStride;
+      n -= 3 * kStride;
+    } while (n >= 3 * kStride);
+  }
   while (n >= 8) {
     uint64_t word;
-    std::memcpy(&word, p, sizeof(word));  // x86 is little-endian, as the CRC expects
+    std::memcpy(&word, p, sizeof(word));
     crc64 = _mm_crc32_u64(crc64, word);
     p += 8;
     n -= 8;

@@ -113,6 +113,15 @@ TEST_CASE("CRC32C hardware equals portable on random buffers", "[common][crc32c]
       REQUIRE(crc32c::ExtendHardware(init, p, len) == crc32c::ExtendPortable(init, p, len));
     }
   }
+  // Lengths around the three-stream blocks (3 x 512 bytes): none, one, a
+  // block and a tail, several blocks; at an odd start so the byte loops run.
+  for (size_t len : {1535u, 1536u, 1537u, 1543u, 3071u, 3072u, 3080u, 4096u, 4607u, 4608u,
+                     9000u, 40000u}) {
+    const uint32_t init = static_cast<uint32_t>(rnd.Next());
+    INFO("len " << len);
+    REQUIRE(crc32c::ExtendHardware(init, storage.data() + 5, len) ==
+            crc32c::ExtendPortable(init, storage.data() + 5, len));
+  }
   // One long buffer, so the word loops run for a while.
   CHECK(crc32c::ExtendHardware(0, storage.data() + 3, storage.size() - 3) ==
         crc32c::ExtendPortable(0, storage.data() + 3, storage.size() - 3));

@@ -818,7 +818,24 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     if (keys.size() < 2) return Status::OK();
-    separator = keys[keys.size() / 2].ToString();
+    size_t at = keys.size() / 2;
+    // The append rule of the lone-base case above, for a chain (deltas kept
+    // above the ESL, or written since the consolidation): the newest record,
+    // base or delta, holds the page's largest key.
+    if (image.header.high_infinite && keys.size() >= 16) {
+      uint64_t newest = 0;
+      Slice newest_key;
+      auto see = [&](uint64_t lsn, Slice key) {
+        if (lsn > newest) {
+          newest = lsn;
+          newest_key = key;
+        }
+      };
+      for (const LeafRecord& r : image.base) see(r.lsn, r.key);
+      for (const LeafImage::Delta& d : image.deltas) see(d.d.lsn, d.d.key);
+      if (newest_key == keys.back()) at = keys.size() - keys.size() / 8;
+    }
+    separator = keys[at].ToString();
     if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
     const Slice sep(separator);
     LeafImage right;

@@ -738,6 +738,38 @@ TEST_CASE("Splits and merges happen and keep the tree sound", "[dc][bwtree]") {
   RequireCheck(f.tree.get());
 }
 
+// Keys appended at the right edge (ascending, as LSNs grow) split the
+// rightmost leaf 7/8 : 1/8, since no key will come below its records, so
+// leaves end up nearly full instead of half. That holds when the split meets
+// deltas kept above the ESL too (the chain, not a lone base, is split).
+TEST_CASE("Appends at the right edge fill leaves, with deltas above the ESL or without",
+          "[dc][bwtree]") {
+  const bool lag = GENERATE(false, true);
+  INFO("deltas kept above the ESL: " << lag);
+  std::atomic<uint64_t> esl{0};
+  BwTreeOptions o;
+  o.leaf_max_records = 32;
+  o.leaf_merge_records = 4;
+  o.leaf_delta_threshold = 4;
+  if (lag) o.flush_bound = [&esl] { return esl.load(); };
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  Model m;
+  constexpr uint64_t kRecords = 1280;
+  for (uint64_t i = 0; i < kRecords; ++i) {
+    Write(t, &m, WriteKind::kUpsert, Key(i), "v", i + 1);
+    esl = i > 2 ? i - 2 : 0;  // the newest two or three records stay above it
+  }
+  const BwTree::Stats s = t->GetStats();
+  INFO("splits " << s.splits);
+  // Half splits would make about kRecords / 16 = 80 leaves; 7/8 splits
+  // about kRecords / 28 = 46.
+  CHECK(s.splits > kRecords / 40);
+  CHECK(s.splits < kRecords / 20);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+}
+
 // A page allocated in the store but reachable from no node of the tree can
 // never be freed: Check reports it, before and after a reopen.
 TEST_CASE("Check reports a page allocated outside the tree", "[dc][bwtree]") {

@@ -130,26 +130,34 @@ class DataSet {
 // sequential. Looked up through the DataSet, a random record's key and
 // value were two cache misses per lookup, charged alike to both systems,
 // which hid part of the difference between them (dc/bwtree/bwtree.md).
-struct OpStream {
-  std::vector<uint32_t> records;
-  std::vector<char> keys;
-  std::vector<char> values;
-  size_t key_size = 0;
-
-  void Add(const DataSet& data, uint32_t i) {
-    records.push_back(i);
-    const Slice k = data.key(i), v = data.value(i);
-    keys.insert(keys.end(), k.data(), k.data() + k.size());
-    values.insert(values.end(), v.data(), v.data() + v.size());
-  }
-  size_t size() const { return records.size(); }
-};
-
-// Operation k of a stream, as the op functions see it.
+// An operation as the op functions see it.
 struct OpRecord {
   uint32_t i;   // record number: key(i) -> value(i), LSN i + 1
   Slice key;    // == data.key(i)
   Slice value;  // == data.value(i)
+};
+
+class OpStream {
+ public:
+  void Add(const DataSet& data, uint32_t i) {
+    key_size_ = data.key_size();
+    records_.push_back(i);
+    const Slice k = data.key(i), v = data.value(i);
+    keys_.insert(keys_.end(), k.data(), k.data() + k.size());
+    values_.insert(values_.end(), v.data(), v.data() + v.size());
+  }
+  size_t size() const { return records_.size(); }
+  // Operation k. REQUIRES: k < size().
+  OpRecord At(size_t k) const {
+    return OpRecord{records_[k], Slice(&keys_[k * key_size_], key_size_),
+                    Slice(&values_[k * kValueSize], kValueSize)};
+  }
+
+ private:
+  std::vector<uint32_t> records_;
+  std::vector<char> keys_;
+  std::vector<char> values_;
+  size_t key_size_ = 0;
 };
 
 // Which records each thread inserts and looks up, in order.
@@ -167,7 +175,6 @@ Plan MakePlan(const Workload& w, const DataSet& data, int threads) {
   for (size_t t = 0; t < t_count; ++t) {
     OpStream& ins = p.inserts[t];
     OpStream& look = p.lookups[t];
-    ins.key_size = look.key_size = data.key_size();
     if (w.kind == KeyKind::kMonotonic8) {
       for (size_t i = t; i < n; i += t_count) ins.Add(data, static_cast<uint32_t>(i));
     } else {
@@ -222,10 +229,8 @@ PhaseResult RunPhase(const std::vector<OpStream>& per_thread, Op op) {
     ThreadTally& tally = tallies[static_cast<size_t>(t)];
     Histogram* h = latencies.ForThread(t);
     std::string error;
-    const size_t ks = ops.key_size;
     for (size_t k = 0; k < ops.size(); ++k) {
-      const OpRecord r{ops.records[k], Slice(&ops.keys[k * ks], ks),
-                       Slice(&ops.values[k * kValueSize], kValueSize)};
+      const OpRecord r = ops.At(k);
       Outcome o;
       if (k % kLatencySample == 0) {
         const uint64_t t0 = NowNanos();

@@ -39,7 +39,7 @@ class FileBytes {
   size_t Read(uint64_t offset, char* buf, size_t n) const {
     if (offset >= size_) return 0;
     n = static_cast<size_t>(std::min<uint64_t>(n, size_ - offset));
-    Copy(offset, n, [&](char* block, size_t done, size_t len) {
+    ForEachPiece(offset, n, [&](char* block, size_t done, size_t len) {
       std::memcpy(buf + done, block, len);
     });
     return n;
@@ -48,7 +48,7 @@ class FileBytes {
   void Write(uint64_t offset, const char* data, size_t n) {
     if (offset > size_) Zero(size_, offset);
     Reserve(offset + n);
-    Copy(offset, n, [&](char* block, size_t done, size_t len) {
+    ForEachPiece(offset, n, [&](char* block, size_t done, size_t len) {
       std::memcpy(block, data + done, len);
     });
     size_ = std::max<uint64_t>(size_, offset + n);
@@ -69,9 +69,10 @@ class FileBytes {
     while (blocks_.size() < need) blocks_.push_back(std::make_unique_for_overwrite<char[]>(kBlock));
   }
 
-  // Calls f(block_ptr, bytes_done, len) for each piece of [offset, offset + n).
+  // Calls f(block_ptr, bytes_done, len) for each block-bounded piece of
+  // [offset, offset + n), in order.
   template <typename F>
-  void Copy(uint64_t offset, size_t n, F&& f) const {
+  void ForEachPiece(uint64_t offset, size_t n, F&& f) const {
     size_t done = 0;
     while (done < n) {
       const uint64_t at = offset + done;
@@ -84,7 +85,7 @@ class FileBytes {
 
   void Zero(uint64_t from, uint64_t to) {
     Reserve(to);
-    Copy(from, static_cast<size_t>(to - from),
+    ForEachPiece(from, static_cast<size_t>(to - from),
          [](char* block, size_t, size_t len) { std::memset(block, 0, len); });
   }
 

@@ -45,28 +45,34 @@ PageNode* MakeDelta(Llama* l, const DeltaView& d, uint64_t tag) {
 // slots) before the walk down the deltas reaches it, so that those misses
 // overlap the deltas' instead of following them. A hint only (page_node.h):
 // a prefetch never faults, and the base is read through the chain.
-inline void PrefetchBase(const PageNode* head) {
-  if (head == nullptr || head->base_hint == nullptr || head->base_hint == head) return;
-  const char* p = reinterpret_cast<const char*>(head->base_hint);
-  __builtin_prefetch(p);
-  __builtin_prefetch(p + 64);
-  __builtin_prefetch(p + 128);
-  __builtin_prefetch(p + 192);
+inline void PrefetchLines(const void* at, int lines) {
+  const char* p = static_cast<const char*>(at);
+  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 64 * i);
 }
 
-// Asks for a page's first lines (head node, and for a base its header and
-// slot table: 128 records' slots end near line 16) as soon as the mapping
-// table names the head, before anything in it is read. For a page whose slot
-// table is about to be searched, the search's misses then overlap the head's
-// instead of following it (a base's header says where its slots are, so
-// PrefetchBase and LowerBound can only ask for them after the head arrived).
-// Wasted on a delta head, which lookups rarely meet (reads consolidate
-// chains longer than leaf_read_delta_threshold).
-constexpr int kHeadPrefetchLines = 16;
+inline void PrefetchBase(const PageNode* head) {
+  if (head == nullptr || head->base_hint == nullptr || head->base_hint == head) return;
+  PrefetchLines(head->base_hint, 4);
+}
+
+// Asks for a page's first lines as soon as the mapping table names its head,
+// before anything in it is read: for a base, its header and the slots of its
+// first ~78 entries (12 bytes each; a leaf averages about 90). For a page
+// whose slot table is about to be searched, those misses then overlap the
+// head's instead of following it (a base's header says where its slots are,
+// so PrefetchBase and LowerBound, which asks for the rest, can only start
+// after the head arrived). Wasted on a delta head, which lookups rarely meet
+// (reads consolidate chains longer than leaf_read_delta_threshold). 16 and
+// 24 lines measured alike, 8 worse (bwtree.md).
 inline void PrefetchHead(const PageNode* head) {
-  if (head == nullptr) return;
-  const char* p = reinterpret_cast<const char*>(head);
-  for (int i = 0; i < kHeadPrefetchLines; ++i) __builtin_prefetch(p + 64 * i);
+  if (head != nullptr) PrefetchLines(head, 16);
+}
+
+// Where a leaf of `count` records splits: its middle, or, when keys are
+// being appended at the right edge (nothing will land below the records
+// already there), so that the left page keeps 7/8 of them.
+size_t LeafSplitIndex(size_t count, bool appending) {
+  return appending && count >= 16 ? count - count / 8 : count / 2;
 }
 
 // The chain's base, parsed into *out; *deltas counts the deltas above it.
@@ -791,15 +797,15 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     if (base_node == nullptr) return Status::Corruption("bw-tree: page without a base");
     ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
     if (!base.is_leaf() || base.count() < 2) return Status::OK();
-    size_t at = base.count() / 2;
-    // Appends at the right edge (keys written in ascending order, as LSNs
-    // grow): when the rightmost leaf's last record is its newest, the left
-    // page keeps 7/8 of the records, since no key will come below them. Its
-    // leaves then end up 7/8 full instead of half.
-    if (base.header().high_infinite && base.count() >= 16) {
+    // Appends (keys written in ascending order, as LSNs grow): the rightmost
+    // leaf's last record is its newest. Its leaves then end up 7/8 full
+    // instead of half.
+    bool appending = false;
+    if (base.header().high_infinite && base.count() > 0) {
       ASSIGN_OR_RETURN(LeafRecord last, base.RecordAt(base.count() - 1));
-      if (last.lsn == base_node->tag) at = base.count() - base.count() / 8;
+      appending = last.lsn == base_node->tag;
     }
+    const size_t at = LeafSplitIndex(base.count(), appending);
     ASSIGN_OR_RETURN(Slice middle, base.KeyAt(at));
     separator = middle.ToString();
     if (!base.header().high_infinite) split_until = base.header().high_key.ToString();
@@ -818,11 +824,11 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
     if (keys.size() < 2) return Status::OK();
-    size_t at = keys.size() / 2;
-    // The append rule of the lone-base case above, for a chain (deltas kept
-    // above the ESL, or written since the consolidation): the newest record,
-    // base or delta, holds the page's largest key.
-    if (image.header.high_infinite && keys.size() >= 16) {
+    // Appends, as for a lone base above, on a chain (deltas kept above the
+    // ESL, or written since the consolidation): the newest record, base or
+    // delta, holds the page's largest key.
+    bool appending = false;
+    if (image.header.high_infinite) {
       uint64_t newest = 0;
       Slice newest_key;
       auto see = [&](uint64_t lsn, Slice key) {
@@ -833,9 +839,9 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
       };
       for (const LeafRecord& r : image.base) see(r.lsn, r.key);
       for (const LeafImage::Delta& d : image.deltas) see(d.d.lsn, d.d.key);
-      if (newest_key == keys.back()) at = keys.size() - keys.size() / 8;
+      appending = newest_key == keys.back();
     }
-    separator = keys[at].ToString();
+    separator = keys[LeafSplitIndex(keys.size(), appending)].ToString();
     if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
     const Slice sep(separator);
     LeafImage right;

@@ -138,6 +138,12 @@ class BaseView {
   // REQUIRES: lo <= hi (hi may be past count(); it is clamped).
   Result<BasePosition> Find(Slice key, size_t lo, size_t hi) const;
 
+  // A hint for a leaf search about to run: asks for the entry lines where
+  // `key` would lie if the node's keys spread evenly over [low, high) by
+  // prefix (interpolation), so that the entry's miss overlaps the slot
+  // search instead of following it. Reads only the header.
+  void PrefetchEntryNear(Slice key) const;
+
   // Full check: every entry decodes, keys strictly ascending, inside
   // [low_key, high_key); leaf tombstones have empty values.
   Status Validate() const;

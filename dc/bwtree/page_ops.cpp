@@ -144,6 +144,7 @@ Result<LookupResult> Lookup(const PageNode* head, Slice key, const Limits& limit
       const BaseView& base = given != nullptr ? *given : parsed;
       if (!base.is_leaf()) return Status::InvalidArgument("bw-tree: Lookup on an inner node");
       if (SiblingRedirect(base, key, &result)) return result;
+      base.PrefetchEntryNear(key);
       if (lo > hi) lo = hi;  // inconsistent hints; Find falls back to a full search
       ASSIGN_OR_RETURN(BasePosition pos, base.Find(key, lo, hi));
       result.hint = ToHint(pos.index);
@@ -262,6 +263,7 @@ Status RouteInBase(const BaseView& base, Slice key, bool before, bool want_next,
   if (SiblingRedirect(base, key, out, before)) return Status::OK();
   size_t i = 0;
   InnerEntry e;
+  base.PrefetchEntryNear(key);
   RETURN_IF_ERROR(base.RouteEntry(key, before, &i, &e));
   if (i == base.count()) return Status::OK();  // below every separator
   out->outcome = LookupOutcome::kFound;

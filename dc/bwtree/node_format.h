@@ -138,7 +138,7 @@ class BaseView {
   // REQUIRES: lo <= hi (hi may be past count(); it is clamped).
   Result<BasePosition> Find(Slice key, size_t lo, size_t hi) const;
 
-  // A hint for a leaf search about to run: asks for the entry lines where
+  // A hint for a search about to run: asks for the entry lines where
   // `key` would lie if the node's keys spread evenly over [low, high) by
   // prefix (interpolation), so that the entry's miss overlaps the slot
   // search instead of following it. Reads only the header.

@@ -319,6 +319,10 @@ Status TouchBase(const std::string& bytes) {
     view->RouteEntry("k00010", false, &index, &e).PermitUncheckedError();
     view->RouteEntry("k00010", true, &index, &e).PermitUncheckedError();
   }
+  // A hint, but it reads the header's keys: below, inside and above the range.
+  for (const char* k : {"", "k00010", "z", "\xff\xff\xff\xff\xff\xff\xff\xff\xff"}) {
+    view->PrefetchEntryNear(k);
+  }
   view->Find("k00010").status().PermitUncheckedError();
   view->Find("k00010", 1, 3).status().PermitUncheckedError();
   if (view->is_leaf()) {

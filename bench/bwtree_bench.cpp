@@ -125,11 +125,6 @@ class DataSet {
   std::vector<char> values_;
 };
 
-// One thread's operations in order: record numbers, and their keys and
-// values copied in that same order. The harness's own reads are then
-// sequential. Looked up through the DataSet, a random record's key and
-// value were two cache misses per lookup, charged alike to both systems,
-// which hid part of the difference between them (dc/bwtree/bwtree.md).
 // An operation as the op functions see it.
 struct OpRecord {
   uint32_t i;   // record number: key(i) -> value(i), LSN i + 1
@@ -137,6 +132,11 @@ struct OpRecord {
   Slice value;  // == data.value(i)
 };
 
+// One thread's operations in order: record numbers, and their keys and
+// values copied in that same order. The harness's own reads are then
+// sequential. Looked up through the DataSet, a random record's key and
+// value were two cache misses per lookup, charged alike to both systems,
+// which hid part of the difference between them (dc/bwtree/bwtree.md).
 class OpStream {
  public:
   void Add(const DataSet& data, uint32_t i) {

@@ -8,6 +8,7 @@
 
 #include "common/coding.h"
 #include "common/metrics.h"
+#include "common/prefetch.h"
 
 namespace deuteron::bwtree {
 
@@ -45,11 +46,6 @@ PageNode* MakeDelta(Llama* l, const DeltaView& d, uint64_t tag) {
 // slots) before the walk down the deltas reaches it, so that those misses
 // overlap the deltas' instead of following them. A hint only (page_node.h):
 // a prefetch never faults, and the base is read through the chain.
-inline void PrefetchLines(const void* at, int lines) {
-  const char* p = static_cast<const char*>(at);
-  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 64 * i);
-}
-
 inline void PrefetchBase(const PageNode* head) {
   if (head == nullptr || head->base_hint == nullptr || head->base_hint == head) return;
   PrefetchLines(head->base_hint, 4);
@@ -801,7 +797,7 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     // leaf's last record is its newest. Its leaves then end up 7/8 full
     // instead of half.
     bool appending = false;
-    if (base.header().high_infinite && base.count() > 0) {
+    if (base.header().high_infinite) {
       ASSIGN_OR_RETURN(LeafRecord last, base.RecordAt(base.count() - 1));
       appending = last.lsn == base_node->tag;
     }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/coding.h"
+#include "common/prefetch.h"
 
 namespace deuteron::bwtree {
 namespace {
@@ -377,7 +378,7 @@ Result<size_t> BaseView::LowerBound(Slice key, uint64_t prefix, size_t lo, size_
 
 void BaseView::PrefetchEntryNear(Slice key) const {
   if (count_ < 8) return;
-  const uint64_t low = header_.low_key.empty() ? 0 : KeyPrefix(header_.low_key);
+  const uint64_t low = KeyPrefix(header_.low_key);  // 0 for the leftmost node
   const uint64_t high = header_.high_infinite ? ~uint64_t{0} : KeyPrefix(header_.high_key);
   const uint64_t p = KeyPrefix(key);
   if (p < low || p >= high) return;
@@ -390,8 +391,7 @@ void BaseView::PrefetchEntryNear(Slice key) const {
   // Two lines either side: for keys spread evenly, the entry's index is off
   // the guess by about sqrt(n)/2 entries (~5 at 90), ~2 lines of 33-byte
   // records. 1 or 3 lines a side measured worse (bwtree.md).
-  const char* at = payload_.data() + entries_at_ + off;
-  for (int i = -2; i <= 2; ++i) __builtin_prefetch(at + 64 * i);
+  PrefetchLines(payload_.data() + entries_at_ + off, 5, /*lines_before=*/2);
 }
 
 Result<BasePosition> BaseView::Find(Slice key, size_t lo, size_t hi) const {

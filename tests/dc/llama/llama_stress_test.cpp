@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -680,11 +681,22 @@ TEST_CASE("A checkpoint taken as a transaction becomes stable sees the transacti
   std::vector<Snapshot> snapshots;  // written by the checkpointer only
   std::atomic<uint64_t> ticks{1};
   std::atomic<bool> done{false};
+  std::atomic<int> checkpoints_taken{0};
   Failures failures;
 
   std::thread committer([&] {
     std::vector<PageId> unused;  // allocated by earlier transactions, never used
     for (int i = 0; i < kTxns; ++i) {
+      if (i % 100 == 99) {
+        // On a loaded machine the checkpointer may not run at all while the
+        // transactions do: wait (a bounded time) for one checkpoint after
+        // the commits so far, so that every run checks some.
+        const int want = checkpoints_taken.load() + 1;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (checkpoints_taken.load() < want && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::yield();
+        }
+      }
       const uint64_t began = ticks.fetch_add(1);
       auto g = l->Enter();
       auto txn = l->TBegin();
@@ -754,6 +766,7 @@ TEST_CASE("A checkpoint taken as a transaction becomes stable sees the transacti
         continue;
       }
       snapshots.push_back(Snapshot{c->rsp, ended, c->entries});
+      checkpoints_taken.fetch_add(1);
     }
   });
   committer.join();

@@ -715,6 +715,16 @@ Result<const PageNode*> Llama::Read(PageId pid) {
   }
 }
 
+const PageNode* Llama::ReadResident(PageId pid) {
+  if (pid == 0 || pid >= mapping_->high_water()) return nullptr;
+  const uint64_t e = mapping_->Load(pid);
+  if (!MappingTable::IsMemory(e)) return nullptr;
+  const auto* n = MappingTable::ToPointer<const PageNode>(e);
+  if (n->kind == NodeKind::kPartialSwap || (n->flags & kNodeSwapped) != 0) return nullptr;
+  Touch(pid);
+  return n;
+}
+
 bool Llama::UpdateD(PageId pid, const PageNode* expected, PageNode* delta) {
   assert(delta->is_data());
   uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;

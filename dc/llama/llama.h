@@ -146,6 +146,11 @@ class Llama {
   // it is not in memory (or only partly). Null for an allocated page that has
   // no state yet; NotFound for a PID that is not allocated.
   Result<const PageNode*> Read(PageId pid);
+  // The page's head when its whole state is in memory (what Read returns
+  // without any work); null otherwise: not allocated, empty, on the LSS or
+  // partly swapped out, where the caller takes Read. For lean read paths.
+  // REQUIRES: an epoch guard.
+  const PageNode* ReadResident(PageId pid);
 
   // A data node with room for `payload_size` bytes, for Update-D (kDelta) or
   // Update-R (kBase). The caller fills payload() and, for chains built for

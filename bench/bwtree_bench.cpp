@@ -447,6 +447,7 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
                      after_lookup.chains_seen - after_insert.chains_seen))
       .Set("restarts", after_lookup.restarts - after_insert.restarts)
       .Set("consolidations", after_lookup.consolidations - after_insert.consolidations)
+      .Set("read_fallbacks", after_lookup.read_fallbacks - after_insert.read_fallbacks)
       .Print();
 
   tree.reset();

@@ -145,6 +145,7 @@ std::string KeyAboveAll(const Limits& limits) {
 
 struct BwTree::Counters {
   Counter reads, writes, update_retries;
+  Counter read_fallbacks;
   Counter consolidations, failed_consolidations;
   Counter splits, failed_splits, root_splits;
   Counter merges, failed_merges;
@@ -199,6 +200,7 @@ BwTree::Stats BwTree::GetStats() const {
   const Counters& c = *counters_;
   s.reads = c.reads.Value();
   s.writes = c.writes.Value();
+  s.read_fallbacks = c.read_fallbacks.Value();
   s.update_retries = c.update_retries.Value();
   s.consolidations = c.consolidations.Value();
   s.failed_consolidations = c.failed_consolidations.Value();
@@ -535,10 +537,87 @@ Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
   return MaybeRestructure(pid, 0);
 }
 
+bool BwTree::LocateSettled(Slice key, Located* out) {
+  // The general descent (Descend, Locate, Lookup) reads the same pages by the
+  // same rules; this path only leaves out what a settled tree never needs:
+  // right moves, help-along, repairs, merges and route records. Every decode
+  // is node_format's checked one; a malformed page falls back too, and the
+  // general path reports it.
+  PageId pid = root_.load(std::memory_order_acquire);
+  uint32_t expect = std::numeric_limits<uint32_t>::max();  // the root's level is any
+  for (int hop = 0; hop < kMaxHops; ++hop) {
+    const PageNode* head = llama_->ReadResident(pid);
+    if (head == nullptr) return false;
+    PrefetchHead(head);
+    PrefetchBase(head);
+    // base_hint is exact wherever LLAMA set it; null (a partial swap) falls back.
+    const PageNode* base_node = llama::BaseHintBelow(head);
+    BaseView base;
+    if (base_node == nullptr || !base.Init(PayloadOf(base_node)).ok()) return false;
+    const BaseHeader& h = base.header();
+    if ((expect != std::numeric_limits<uint32_t>::max() && h.level != expect) ||
+        key < h.low_key || base.AboveHigh(key)) {
+      return false;  // a stale route or a right move: the general path's work
+    }
+    LookupResult r;
+    // The chain above the base, newest first: flush-state nodes carry no
+    // keys; on a leaf, the first record delta for the key decides and a split
+    // delta below the key is passed (its right half is the sibling's); any
+    // other delta is the general path's.
+    for (const PageNode* n = head; n != base_node; n = n->next) {
+      if (n == nullptr || n->kind == NodeKind::kBase || n->kind == NodeKind::kPartialSwap) {
+        return false;
+      }
+      if (n->kind != NodeKind::kDelta) continue;
+      if (h.level > 0) return false;
+      Result<DeltaView> d = DeltaView::Parse(PayloadOf(n));
+      if (!d.ok()) return false;
+      if (d->type == DeltaType::kSplit) {
+        if (key >= d->key) return false;
+        continue;
+      }
+      if (!IsRecordDelta(d->type)) return false;
+      if (key == d->key) {
+        r.outcome = d->type == DeltaType::kDelete ? LookupOutcome::kDeleted : LookupOutcome::kFound;
+        r.value = d->value;
+        r.lsn = d->lsn;
+        *out = Located{pid, head, r};
+        return true;
+      }
+    }
+    base.PrefetchEntryNear(key);
+    if (h.level > 0) {
+      size_t i = 0;
+      InnerEntry e;
+      if (!base.RouteEntry(key, /*before=*/false, &i, &e).ok() || i == base.count()) return false;
+      pid = e.child;
+      expect = h.level - 1u;
+      continue;
+    }
+    Result<BasePosition> pos = base.Find(key);
+    if (!pos.ok()) return false;
+    if (pos->exact) {
+      Result<LeafRecord> rec = base.RecordAt(pos->index);
+      if (!rec.ok()) return false;
+      r.outcome = rec->tombstone ? LookupOutcome::kDeleted : LookupOutcome::kFound;
+      r.value = rec->value;
+      r.lsn = rec->lsn;
+    }
+    *out = Located{pid, head, r};
+    return true;
+  }
+  return false;
+}
+
 Status BwTree::LocateForRead(Slice key, Located* loc) {
   RETURN_IF_ERROR(CheckKey(options_.limits, key));
   counters_->reads.Add();
-  RETURN_IF_ERROR(Locate(key, loc));
+  if (LocateSettled(key, loc)) {
+    NoteChain(loc->head);
+  } else {
+    counters_->read_fallbacks.Add();
+    RETURN_IF_ERROR(Locate(key, loc));
+  }
   // A consolidation retires the old chain through the epoch: loc's slices
   // stay valid under the caller's guard.
   return MaybeConsolidateOnRead(loc->pid, loc->head);

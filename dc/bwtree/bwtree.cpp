@@ -145,7 +145,7 @@ std::string KeyAboveAll(const Limits& limits) {
 
 struct BwTree::Counters {
   Counter reads, writes, update_retries;
-  Counter read_fallbacks;
+  Counter read_fallbacks, write_fallbacks;
   Counter consolidations, failed_consolidations;
   Counter splits, failed_splits, root_splits;
   Counter merges, failed_merges;
@@ -201,6 +201,7 @@ BwTree::Stats BwTree::GetStats() const {
   s.reads = c.reads.Value();
   s.writes = c.writes.Value();
   s.read_fallbacks = c.read_fallbacks.Value();
+  s.write_fallbacks = c.write_fallbacks.Value();
   s.update_retries = c.update_retries.Value();
   s.consolidations = c.consolidations.Value();
   s.failed_consolidations = c.failed_consolidations.Value();
@@ -537,7 +538,7 @@ Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
   return MaybeRestructure(pid, 0);
 }
 
-bool BwTree::LocateSettled(Slice key, Located* out) {
+bool BwTree::LocateSettled(Slice key, Located* out, bool need_record) {
   // The general descent (Descend, Locate, Lookup) reads the same pages by the
   // same rules; this path only leaves out what a settled tree never needs:
   // right moves, help-along, repairs, merges and route records. Every decode
@@ -548,7 +549,8 @@ bool BwTree::LocateSettled(Slice key, Located* out) {
   for (int hop = 0; hop < kMaxHops; ++hop) {
     const PageNode* head = llama_->ReadResident(pid);
     if (head == nullptr) return false;
-    PrefetchHead(head);
+    // Inner pages are always searched; the leaf only for a read.
+    if (need_record || expect != 0) PrefetchHead(head);
     PrefetchBase(head);
     // base_hint is exact wherever LLAMA set it; null (a partial swap) falls back.
     const PageNode* base_node = llama::BaseHintBelow(head);
@@ -560,6 +562,10 @@ bool BwTree::LocateSettled(Slice key, Located* out) {
       return false;  // a stale route or a right move: the general path's work
     }
     LookupResult r;
+    if (h.level == 0 && !need_record && PlainBase(head) == base_node) {
+      *out = Located{pid, head, r};  // a blind write on a plain chain: the base's range routes
+      return true;
+    }
     // The chain above the base, newest first: flush-state nodes carry no
     // keys; on a leaf, the first record delta for the key decides and a split
     // delta below the key is passed (its right half is the sibling's); any
@@ -577,13 +583,17 @@ bool BwTree::LocateSettled(Slice key, Located* out) {
         continue;
       }
       if (!IsRecordDelta(d->type)) return false;
-      if (key == d->key) {
+      if (need_record && key == d->key) {
         r.outcome = d->type == DeltaType::kDelete ? LookupOutcome::kDeleted : LookupOutcome::kFound;
         r.value = d->value;
         r.lsn = d->lsn;
         *out = Located{pid, head, r};
         return true;
       }
+    }
+    if (h.level == 0 && !need_record) {
+      *out = Located{pid, head, r};  // a blind write needs the page only, not its records
+      return true;
     }
     base.PrefetchEntryNear(key);
     if (h.level > 0) {
@@ -679,7 +689,12 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
   const bool blind = !if_newer && (kind == WriteKind::kUpsert || kind == WriteKind::kBlindDelete);
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Located loc;
-    RETURN_IF_ERROR(Locate(key, &loc, /*need_record=*/!blind));
+    // A blind write needs only its page: the settled path finds it when it
+    // can (a checking write needs the key's state, from the general path).
+    if (!blind || !LocateSettled(key, &loc, /*need_record=*/false)) {
+      if (blind) counters_->write_fallbacks.Add();
+      RETURN_IF_ERROR(Locate(key, &loc, /*need_record=*/!blind));
+    }
     const bool exists = loc.r.outcome == LookupOutcome::kFound;
     if (kind == WriteKind::kInsert && exists) return Status::AlreadyExists("key exists");
     if ((kind == WriteKind::kUpdate || kind == WriteKind::kDelete) && !exists) {

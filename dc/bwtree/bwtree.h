@@ -221,7 +221,8 @@ class BwTree {
   // Counters in the spirit of the Bw-tree paper's Table I.
   struct Stats {
     uint64_t reads = 0, writes = 0;
-    uint64_t read_fallbacks = 0;          // point reads the settled path left to the general one
+    // Point reads and blind writes the settled path left to the general one.
+    uint64_t read_fallbacks = 0, write_fallbacks = 0;
     uint64_t update_retries = 0;          // failed record-delta CASes
     uint64_t consolidations = 0, failed_consolidations = 0;
     uint64_t splits = 0, failed_splits = 0, root_splits = 0;
@@ -275,11 +276,12 @@ class BwTree {
   // the leaf when MaybeConsolidateOnRead says so. REQUIRES: the caller's
   // epoch guard, for as long as it uses *out.
   Status LocateForRead(Slice key, Located* out);
-  // LocateForRead's lean path for a settled tree (every page on the way
-  // wholly in memory, inner pages bare bases, the leaf a plain chain, the key
-  // inside each page's range). False when it met anything else; then the
-  // general path runs, which handles every state.
-  bool LocateSettled(Slice key, Located* out);
+  // Locate's lean path for a settled tree (every page on the way wholly in
+  // memory, inner pages bare bases, the leaf's chain record deltas and split
+  // deltas above the key, the key inside each page's range). False when it
+  // met anything else; then the general path runs, which handles every
+  // state. need_record as for Locate.
+  bool LocateSettled(Slice key, Located* out, bool need_record = true);
   // Snapshot of the leaf holding `key` (or the largest key below it).
   Status ReadLeaf(Slice key, bool before, Leaf* leaf);
 

@@ -905,6 +905,15 @@ TEST_CASE("Point reads of a settled tree take the lean path and agree with the m
   RequireAbsent(t, "", 0);
   RequireAbsent(t, "zzz", 0);
   CHECK(t->GetStats().read_fallbacks == fallbacks);
+  // Blind writes of keys already there (no leaf grows, so nothing splits)
+  // find their pages on the lean path too, through consolidations.
+  const uint64_t write_fallbacks = t->GetStats().write_fallbacks;
+  for (uint64_t i = 0; i < 400; i += 2) {
+    Write(t, &model, WriteKind::kUpsert, Key(i * 3), "w" + std::to_string(i), 2000 + i);
+  }
+  Write(t, &model, WriteKind::kBlindDelete, Key(33), "", 3000);
+  CHECK(t->GetStats().write_fallbacks == write_fallbacks);
+  RequireSame(t, model);
   RequireCheck(t);
 }
 

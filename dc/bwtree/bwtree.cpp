@@ -539,11 +539,12 @@ Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
 }
 
 bool BwTree::LocateSettled(Slice key, Located* out, bool need_record) {
-  // The general descent (Descend, Locate, Lookup) reads the same pages by the
-  // same rules; this path only leaves out what a settled tree never needs:
-  // right moves, help-along, repairs, merges and route records. Every decode
-  // is node_format's checked one; a malformed page falls back too, and the
-  // general path reports it.
+  // The general descent (Descend) reads the same pages by the same rules;
+  // this one only leaves out what a settled tree never needs: right moves,
+  // help-along, repairs and route records. The leaf is read as Locate reads
+  // it (Lookup / RouteOf); an answer other than the key's state here (a
+  // redirect, a remove-node) is the general path's, as is any page not
+  // settled or malformed.
   PageId pid = root_.load(std::memory_order_acquire);
   uint32_t expect = std::numeric_limits<uint32_t>::max();  // the root's level is any
   for (int hop = 0; hop < kMaxHops; ++hop) {
@@ -561,60 +562,28 @@ bool BwTree::LocateSettled(Slice key, Located* out, bool need_record) {
         key < h.low_key || base.AboveHigh(key)) {
       return false;  // a stale route or a right move: the general path's work
     }
-    LookupResult r;
-    if (h.level == 0 && !need_record && PlainBase(head) == base_node) {
-      *out = Located{pid, head, r};  // a blind write on a plain chain: the base's range routes
-      return true;
-    }
-    // The chain above the base, newest first: flush-state nodes carry no
-    // keys; on a leaf, the first record delta for the key decides and a split
-    // delta below the key is passed (its right half is the sibling's); any
-    // other delta is the general path's.
-    for (const PageNode* n = head; n != base_node; n = n->next) {
-      if (n == nullptr || n->kind == NodeKind::kBase || n->kind == NodeKind::kPartialSwap) {
+    if (h.level == 0) {
+      Result<LookupResult> r = need_record ? Lookup(head, key, options_.limits, false, &base)
+                                           : RouteOf(head, key, false, &base);
+      if (!r.ok() || (r->outcome != LookupOutcome::kFound &&
+                      r->outcome != LookupOutcome::kNotFound &&
+                      r->outcome != LookupOutcome::kDeleted)) {
         return false;
       }
-      if (n->kind != NodeKind::kDelta) continue;
-      if (h.level > 0) return false;
-      Result<DeltaView> d = DeltaView::Parse(PayloadOf(n));
-      if (!d.ok()) return false;
-      if (d->type == DeltaType::kSplit) {
-        if (key >= d->key) return false;
-        continue;
-      }
-      if (!IsRecordDelta(d->type)) return false;
-      if (need_record && key == d->key) {
-        r.outcome = d->type == DeltaType::kDelete ? LookupOutcome::kDeleted : LookupOutcome::kFound;
-        r.value = d->value;
-        r.lsn = d->lsn;
-        *out = Located{pid, head, r};
-        return true;
-      }
-    }
-    if (h.level == 0 && !need_record) {
-      *out = Located{pid, head, r};  // a blind write needs the page only, not its records
+      NoteChain(head);
+      *out = Located{pid, head, *r};
       return true;
     }
+    // An inner page passes only as a bare base (flush-state nodes aside).
+    for (const PageNode* n = head; n != base_node; n = n->next) {
+      if (n == nullptr || n->is_data() || n->kind == NodeKind::kPartialSwap) return false;
+    }
     base.PrefetchEntryNear(key);
-    if (h.level > 0) {
-      size_t i = 0;
-      InnerEntry e;
-      if (!base.RouteEntry(key, /*before=*/false, &i, &e).ok() || i == base.count()) return false;
-      pid = e.child;
-      expect = h.level - 1u;
-      continue;
-    }
-    Result<BasePosition> pos = base.Find(key);
-    if (!pos.ok()) return false;
-    if (pos->exact) {
-      Result<LeafRecord> rec = base.RecordAt(pos->index);
-      if (!rec.ok()) return false;
-      r.outcome = rec->tombstone ? LookupOutcome::kDeleted : LookupOutcome::kFound;
-      r.value = rec->value;
-      r.lsn = rec->lsn;
-    }
-    *out = Located{pid, head, r};
-    return true;
+    size_t i = 0;
+    InnerEntry e;
+    if (!base.RouteEntry(key, /*before=*/false, &i, &e).ok() || i == base.count()) return false;
+    pid = e.child;
+    expect = h.level - 1u;
   }
   return false;
 }
@@ -622,9 +591,7 @@ bool BwTree::LocateSettled(Slice key, Located* out, bool need_record) {
 Status BwTree::LocateForRead(Slice key, Located* loc) {
   RETURN_IF_ERROR(CheckKey(options_.limits, key));
   counters_->reads.Add();
-  if (LocateSettled(key, loc)) {
-    NoteChain(loc->head);
-  } else {
+  if (!LocateSettled(key, loc)) {
     counters_->read_fallbacks.Add();
     RETURN_IF_ERROR(Locate(key, loc));
   }

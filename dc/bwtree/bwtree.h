@@ -276,11 +276,11 @@ class BwTree {
   // the leaf when MaybeConsolidateOnRead says so. REQUIRES: the caller's
   // epoch guard, for as long as it uses *out.
   Status LocateForRead(Slice key, Located* out);
-  // Locate's lean path for a settled tree (every page on the way wholly in
-  // memory, inner pages bare bases, the leaf's chain record deltas and split
-  // deltas above the key, the key inside each page's range). False when it
-  // met anything else; then the general path runs, which handles every
-  // state. need_record as for Locate.
+  // Locate's lean path for a settled tree: every page on the way wholly in
+  // memory, inner pages bare bases, the key inside each page's range, and
+  // the leaf's chain answering with the key's state (no redirect). False
+  // when it met anything else; then the general path runs, which handles
+  // every state. need_record as for Locate.
   bool LocateSettled(Slice key, Located* out, bool need_record = true);
   // Snapshot of the leaf holding `key` (or the largest key below it).
   Status ReadLeaf(Slice key, bool before, Leaf* leaf);

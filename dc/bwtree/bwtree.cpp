@@ -1187,7 +1187,19 @@ Status BwTree::StartMerge(PageId pid) {
     return Status::OK();
   }
   counters_->merges.Add();
-  return CompleteMerge(pid);
+  PageId left = 0;
+  RETURN_IF_ERROR(CompleteMerge(pid, &left));
+  if (left == 0) return Status::OK();
+  // The merge's last step: the left page's consolidation folds this page in
+  // and frees it (one system transaction). Left to the left page's writes,
+  // it might never come: a load that deletes keys in ascending order
+  // writes no page left of the one it empties. Sizing the new state (a
+  // further merge or a split) is left to the page's next consolidation.
+  Result<const PageNode*> left_head = llama_->Read(left);
+  if (!left_head.ok()) return left_head.status().IsNotFound() ? Status::OK() : left_head.status();
+  if (*left_head == nullptr) return Status::OK();
+  bool installed = false;
+  return ConsolidateLeaf(left, *left_head, &installed);
 }
 
 Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {
@@ -1282,7 +1294,7 @@ Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low,
   return LeftOutcome::kRetry;
 }
 
-Status BwTree::CompleteMerge(PageId removed) {
+Status BwTree::CompleteMerge(PageId removed, PageId* left_out) {
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Result<const PageNode*> read = llama_->Read(removed);
     if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
@@ -1315,6 +1327,7 @@ Status BwTree::CompleteMerge(PageId removed) {
         continue;
       }
     }
+    if (left_out != nullptr) *left_out = left;
 
     // 2. No parent routes to the removed page any more: each range routed
     // to it is handed to the left neighbour.

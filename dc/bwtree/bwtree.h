@@ -319,7 +319,12 @@ class BwTree {
   // Freezes `pid` (whose chain is `head`) with a remove-node, committed as a
   // system transaction; false when the page changed or cannot be flushed yet.
   Result<bool> PostRemoveNode(PageId pid, const llama::PageNode* head);
-  Status CompleteMerge(PageId removed);
+  // Posts the merge delta for `removed` on its left neighbour (found by a
+  // descent) and hands the neighbour every parent range routed to it. The
+  // neighbour's PID in *left when one took the merge (0 if the merge was
+  // already done). Folding `removed` in, and freeing it, is the neighbour's
+  // next consolidation.
+  Status CompleteMerge(PageId removed, PageId* left = nullptr);
   Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
                                         const llama::PageNode** left_head, bool* merged_in);
 

@@ -516,23 +516,33 @@ Status BwTree::MaybeConsolidateOnRead(PageId pid, const PageNode* head) {
   // A plain chain knows its record deltas without a walk: too few to fold
   // ends it here (the common read of a consolidated leaf).
   if (size_t deltas = 0; PlainDeltas(head, &deltas) && deltas < threshold) return Status::OK();
-  // Record deltas foldable under the ESL; any other delta (a split, a
-  // merge) leaves the chain to the writers' restructuring.
+  // Record deltas foldable under the ESL, and split deltas: a split delta
+  // costs every read of the leaf a dependent miss before the base, and
+  // nothing after the split writes a leaf whose keys stopped growing (an
+  // append-only load leaves every leaf but the last so), so only a read
+  // can fold it. Folding it is what a write's consolidation does: the
+  // split's range and sibling link go into the new base (B-link). Any
+  // other delta (a merge, a remove-node) leaves the chain to the writers.
   size_t foldable = 0;
+  bool split = false;
   uint64_t bound = 0;
   bool have_bound = false;
   for (const PageNode* n = head; n != nullptr && n->kind != NodeKind::kBase; n = n->next) {
     if (n->kind != NodeKind::kDelta) continue;
-    if (n->size == 0 || !IsRecordDelta(static_cast<DeltaType>(n->payload()[0]))) {
-      return Status::OK();
+    if (n->size == 0) return Status::OK();
+    const auto type = static_cast<DeltaType>(n->payload()[0]);
+    if (type == DeltaType::kSplit) {
+      split = true;
+      continue;
     }
+    if (!IsRecordDelta(type)) return Status::OK();
     if (!have_bound) {
       bound = FlushBound();
       have_bound = true;
     }
     if (n->tag <= bound) ++foldable;
   }
-  if (foldable < threshold) return Status::OK();
+  if (foldable < threshold && !split) return Status::OK();
   // As a write does: the consolidated leaf is then sized for a split or a
   // merge (a read-consolidated leaf must not escape its size limits).
   return MaybeRestructure(pid, 0);

@@ -62,7 +62,9 @@ struct BwTreeOptions {
   // costs every later read of the leaf a dependent cache miss, so a leaf
   // read more than written is cheaper consolidated; counting only foldable
   // deltas keeps reads from repeating consolidations that the ESL makes
-  // useless. Writes consolidate each leaf at most once per this many.
+  // useless. Writes consolidate each leaf at most once per this many. A
+  // read also folds a leaf's split delta, whatever this threshold (not 0):
+  // a leaf that stopped taking writes keeps it otherwise.
   size_t leaf_read_delta_threshold = 2;
   // Split a node when its consolidated state holds more records (entries)
   // than this, or its base is larger than the byte limit.

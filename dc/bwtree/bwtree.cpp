@@ -711,30 +711,13 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
     RETURN_IF_ERROR(ConsolidateInner(pid, *read, &installed));
   }
   if (!installed) return Status::OK();
+  if (level == 0) return SizeLeaf(pid, /*allow_merge=*/true);
   // Right after consolidation the chain is a base under at most the deltas
-  // above the ESL: size it for a split or a merge.
+  // above the ESL: size it for a split.
   read = llama_->Read(pid);
   if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
   const PageNode* head = *read;
   if (head == nullptr || HasStructureDelta(head)) return Status::OK();
-  if (level == 0) {
-    // Sized from the base's count and the kept deltas: no gather needed.
-    size_t deltas = 0;
-    ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
-    const size_t records = base.count() + deltas;
-    size_t bytes = 0;
-    for (const PageNode* n = head; n != nullptr; n = n->next) {
-      if (n->is_data()) bytes += n->size;
-    }
-    if (records > options_.leaf_max_records || bytes > options_.node_max_bytes) {
-      return SplitNode(pid, 0);
-    }
-    if (options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
-        !base.header().low_key.empty()) {
-      return StartMerge(pid);
-    }
-    return Status::OK();
-  }
   InnerImage image;
   RETURN_IF_ERROR(GatherInner(head, &image));
   size_t bytes = 0;
@@ -743,6 +726,31 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   }
   if (image.entries.size() > options_.inner_max_entries || bytes > options_.node_max_bytes) {
     return SplitNode(pid, level);
+  }
+  return Status::OK();
+}
+
+Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
+  // Right after consolidation the chain is a base under at most the deltas
+  // above the ESL: sized from the base's count and the kept deltas, no
+  // gather needed.
+  Result<const PageNode*> read = llama_->Read(pid);
+  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
+  const PageNode* head = *read;
+  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  size_t deltas = 0;
+  ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
+  const size_t records = base.count() + deltas;
+  size_t bytes = 0;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->is_data()) bytes += n->size;
+  }
+  if (records > options_.leaf_max_records || bytes > options_.node_max_bytes) {
+    return SplitNode(pid, 0);
+  }
+  if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
+      !base.header().low_key.empty()) {
+    return StartMerge(pid);
   }
   return Status::OK();
 }
@@ -1203,13 +1211,17 @@ Status BwTree::StartMerge(PageId pid) {
   // The merge's last step: the left page's consolidation folds this page in
   // and frees it (one system transaction). Left to the left page's writes,
   // it might never come: a load that deletes keys in ascending order
-  // writes no page left of the one it empties. Sizing the new state (a
-  // further merge or a split) is left to the page's next consolidation.
+  // writes no page left of the one it empties. The union may outgrow the
+  // page's limits (a page small in records can be large in bytes): it is
+  // split at once, as a write's consolidation would, or a further union
+  // could outgrow what one LSS record holds. A further merge of the left
+  // page is left to its next consolidation, so merges never recurse.
   Result<const PageNode*> left_head = llama_->Read(left);
   if (!left_head.ok()) return left_head.status().IsNotFound() ? Status::OK() : left_head.status();
   if (*left_head == nullptr) return Status::OK();
   bool installed = false;
-  return ConsolidateLeaf(left, *left_head, &installed);
+  RETURN_IF_ERROR(ConsolidateLeaf(left, *left_head, &installed));
+  return installed ? SizeLeaf(left, /*allow_merge=*/false) : Status::OK();
 }
 
 Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {

@@ -290,6 +290,9 @@ class BwTree {
   // Structure changes. Each returns OK when it gave up because the page
   // changed under it (counted as a failure); errors are real errors.
   Status MaybeRestructure(PageId pid, uint32_t level);
+  // A leaf just consolidated: split it if it outgrew its limits, or, with
+  // allow_merge, merge it into its left neighbour if it is small enough.
+  Status SizeLeaf(PageId pid, bool allow_merge);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
   Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
   // Installs a consolidated `chain` over `head` by Update-R, counting the

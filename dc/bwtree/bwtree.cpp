@@ -71,6 +71,15 @@ size_t LeafSplitIndex(size_t count, bool appending) {
   return appending && count >= 16 ? count - count / 8 : count / 2;
 }
 
+// The payload bytes of a chain's data nodes: its size against node_max_bytes.
+size_t DataBytes(const PageNode* head) {
+  size_t bytes = 0;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->is_data()) bytes += n->size;
+  }
+  return bytes;
+}
+
 // The chain's base, parsed into *out; *deltas counts the deltas above it.
 Status BaseOf(const PageNode* head, size_t* deltas, BaseView* out) {
   size_t count = 0;
@@ -584,10 +593,9 @@ bool BwTree::LocateSettled(Slice key, Located* out, bool need_record) {
       *out = Located{pid, head, *r};
       return true;
     }
-    // An inner page passes only as a bare base (flush-state nodes aside).
-    for (const PageNode* n = head; n != base_node; n = n->next) {
-      if (n == nullptr || n->is_data() || n->kind == NodeKind::kPartialSwap) return false;
-    }
+    // An inner page passes only as a bare base (flush-state nodes aside),
+    // as Descend's base_only.
+    if (size_t above = 0; !PlainDeltas(head, &above) || above != 0) return false;
     base.PrefetchEntryNear(key);
     size_t i = 0;
     InnerEntry e;
@@ -720,11 +728,8 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   if (head == nullptr || HasStructureDelta(head)) return Status::OK();
   InnerImage image;
   RETURN_IF_ERROR(GatherInner(head, &image));
-  size_t bytes = 0;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->is_data()) bytes += n->size;
-  }
-  if (image.entries.size() > options_.inner_max_entries || bytes > options_.node_max_bytes) {
+  if (image.entries.size() > options_.inner_max_entries ||
+      DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, level);
   }
   return Status::OK();
@@ -741,11 +746,7 @@ Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
   size_t deltas = 0;
   ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
   const size_t records = base.count() + deltas;
-  size_t bytes = 0;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->is_data()) bytes += n->size;
-  }
-  if (records > options_.leaf_max_records || bytes > options_.node_max_bytes) {
+  if (records > options_.leaf_max_records || DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, 0);
   }
   if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&

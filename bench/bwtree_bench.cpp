@@ -347,7 +347,7 @@ constexpr TreeKnob kTreeKnobs[] = {
      &bwtree::BwTreeOptions::inner_max_entries},
     {"leaf_merge_records", "merge a leaf at or below this many records; 0: never", 0, 32768,
      &bwtree::BwTreeOptions::leaf_merge_records},
-    {"node_max_bytes", "split a node whose state is larger", 1024, 1 << 20,
+    {"node_max_bytes", "split a node whose state is larger; 0: 64 KiB", 0, 1 << 20,
      &bwtree::BwTreeOptions::node_max_bytes},
 };
 
@@ -438,7 +438,8 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("flushes", ls.flushes)
       .Set("llama_memory_bytes", llama_memory);
   SetHeap(ins, heap, data.size());
-  for (const Setting& o : args.settings) ins.Set(o.name, o.value);
+  // The values in use: Open resolves a 0 node_max_bytes to the default.
+  for (const TreeKnob& k : kTreeKnobs) ins.Set(k.name, uint64_t{t->options().*k.field});
   ins.SetString("check", check.ok() ? "passed" : "failed");
   ins.Print();
 

@@ -6,9 +6,12 @@
 #include <limits>
 #include <unordered_set>
 
+#include <fmt/format.h>
+
 #include "common/coding.h"
 #include "common/metrics.h"
 #include "common/prefetch.h"
+#include "dc/llama/lss_format.h"
 
 namespace deuteron::bwtree {
 
@@ -27,6 +30,10 @@ constexpr char kRootKey[] = "root";
 // faster than this thread can follow, or is corrupt: Busy, never a hang.
 constexpr int kMaxAttempts = 1 << 14;
 constexpr int kMaxHops = 1 << 12;
+
+// node_max_bytes: the least allowed, and the default where the store allows it.
+constexpr size_t kMinNodeBytes = 1024;
+constexpr size_t kDefaultNodeBytes = 64 << 10;
 
 Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
 
@@ -254,7 +261,10 @@ Status BwTree::ValidateOptions(const BwTreeOptions& o) {
   if (o.limits.max_key_size == 0) return bad("limits.max_key_size must be at least 1");
   if (o.leaf_max_records < 2) return bad("leaf_max_records must be at least 2");
   if (o.inner_max_entries < 2) return bad("inner_max_entries must be at least 2");
-  if (o.node_max_bytes < 1024) return bad("node_max_bytes must be at least 1024");
+  if (o.node_max_bytes != 0 && o.node_max_bytes < kMinNodeBytes) {
+    return bad("node_max_bytes must be 0 (the default) or at least " +
+               std::to_string(kMinNodeBytes));
+  }
   if (2 * o.leaf_merge_records >= o.leaf_max_records) {
     return bad("leaf_merge_records (" + std::to_string(o.leaf_merge_records) +
                ") must be below half of leaf_max_records (" +
@@ -263,8 +273,26 @@ Status BwTree::ValidateOptions(const BwTreeOptions& o) {
   return Status::OK();
 }
 
+size_t BwTree::NodeBytesLimit(size_t max_record_bytes) {
+  // The transaction's record, its allocation record and the two pages'.
+  constexpr size_t kHeaders = 4 * llama::kRecordHeaderSize;
+  return max_record_bytes > kHeaders ? (max_record_bytes - kHeaders) / 3 : 0;
+}
+
 Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options) {
   RETURN_IF_ERROR(ValidateOptions(options));
+  const size_t record = llama->MaxRecordBytes();
+  const size_t limit = NodeBytesLimit(record);
+  // The LSS's smallest buffer (8 KiB) leaves room for 2.6 KiB nodes.
+  assert(limit >= kMinNodeBytes);
+  if (options.node_max_bytes == 0) options.node_max_bytes = std::min(kDefaultNodeBytes, limit);
+  if (options.node_max_bytes > limit) {
+    return Status::InvalidArgument(fmt::format(
+        "bw-tree options: node_max_bytes ({}) must be at most {} for this store: a split "
+        "writes the page and its new sibling in one LSS record of at most {} bytes "
+        "(LssOptions::buffer_size - 64)",
+        options.node_max_bytes, limit, record));
+  }
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();
   Result<const PageNode*> meta = llama->Read(kMetaPid);

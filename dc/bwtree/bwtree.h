@@ -70,7 +70,9 @@ struct BwTreeOptions {
   // than this, or its base is larger than the byte limit.
   size_t leaf_max_records = 128;
   size_t inner_max_entries = 128;
-  size_t node_max_bytes = 64 << 10;
+  // 0: the default, 64 KiB or the store's limit (NodeBytesLimit) when that
+  // is lower. Open resolves it; options() reports the value in use.
+  size_t node_max_bytes = 0;
   // Merge a leaf into its left neighbour when its consolidated state holds
   // at most this many records; 0: never merge.
   size_t leaf_merge_records = 16;
@@ -155,13 +157,23 @@ class BwTree {
   // Opens the tree kept in `llama`, creating an empty one (meta page and a
   // root leaf, in one system transaction) when the store holds no pages.
   // Corruption when page 1 is not a Bw-tree meta page; InvalidArgument for
-  // options the tree cannot keep (ValidateOptions).
+  // options the tree cannot keep (ValidateOptions), or a node_max_bytes
+  // above what the store's LSS records can hold (NodeBytesLimit).
   static Result<std::unique_ptr<BwTree>> Open(llama::Llama* llama, BwTreeOptions options = {});
   // InvalidArgument naming the first option out of bounds: a node must be
-  // able to split (at least 2 records or entries, 1 KiB), keys must have a
-  // size, and a split's halves must be above the merge threshold (else
-  // each split would invite a merge and the tree would not settle).
+  // able to split (at least 2 records or entries, 1 KiB unless 0 for the
+  // default), keys must have a size, and a split's halves must be above the
+  // merge threshold (else each split would invite a merge and the tree would
+  // not settle).
   static Status ValidateOptions(const BwTreeOptions& options);
+  // The largest node_max_bytes for LSS records of `max_record_bytes`
+  // (Llama::MaxRecordBytes). A split's system transaction writes, in one
+  // record, the page it splits whole (up to node_max_bytes plus what arrived
+  // since its last size check) and the new sibling (about half of that):
+  // the limit keeps a node at a third of the record, less the records'
+  // headers, so a page may reach twice the limit before its split no longer
+  // fits.
+  static size_t NodeBytesLimit(size_t max_record_bytes);
 
   // Reads the key: NotFound when absent or deleted.
   Result<Record> Get(Slice key);

@@ -203,6 +203,10 @@ class Llama {
   LssAddress HiStable() const { return lss_->HiStable(); }
   // Where the next flush would be written.
   LssAddress Tail() const { return lss_->Tail(); }
+  // The largest LSS record, header included (LssOptions::buffer_size - 64):
+  // a whole page's flush, or a system transaction's record with every page
+  // it writes, must fit in it.
+  size_t MaxRecordBytes() const { return lss_->MaxReservation(); }
 
   // ---- System transactions (LLAMA section 5) ----
 

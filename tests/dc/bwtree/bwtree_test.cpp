@@ -21,6 +21,7 @@
 #include "common/env.h"
 #include "common/fault_env.h"
 #include "common/random.h"
+#include "dc/llama/lss_format.h"
 #include "tests/dc/bwtree/bwtree_test_util.h"
 #include "tests/dc/llama/llama_test_util.h"
 
@@ -168,6 +169,50 @@ TEST_CASE("Open rejects options the tree cannot keep", "[dc][bwtree]") {
   auto t = BwTree::Open(l.get(), good);
   REQUIRE(t.ok());
   RequireCheck(t->get());
+}
+
+// A split writes the page and its new sibling in one LSS record: a node
+// limit the store's records cannot hold would make a split fail TooLarge
+// long after Open, and the page could then never split.
+TEST_CASE("Open holds node_max_bytes to what the store's LSS records hold", "[dc][bwtree]") {
+  auto env = NewMemEnv();
+  llama::LlamaOptions small = TreeLlamaOptions();  // 64 KiB buffers
+  auto l = OpenLlama(env.get(), small);
+  const size_t record = l->MaxRecordBytes();
+  CHECK(record == small.lss.buffer_size - 64);
+  const size_t limit = BwTree::NodeBytesLimit(record);
+  REQUIRE(limit > 1024);
+  REQUIRE(limit < (64u << 10));
+  CHECK(3 * limit + 4 * llama::kRecordHeaderSize <= record);
+
+  // Above the limit: InvalidArgument naming the option and the limit.
+  BwTreeOptions o = SmallNodeOptions();
+  o.node_max_bytes = limit + 1;
+  REQUIRE(BwTree::ValidateOptions(o).ok());  // only the store rules it out
+  auto r = BwTree::Open(l.get(), o);
+  INFO(r.status().ToString());
+  CHECK(r.status().IsInvalidArgument());
+  CHECK(r.status().ToString().find("node_max_bytes (" + std::to_string(limit + 1) +
+                                   ") must be at most " + std::to_string(limit)) !=
+        std::string::npos);
+
+  // At the limit it opens; the default (0) resolves to the limit here.
+  o.node_max_bytes = limit;
+  REQUIRE(BwTree::Open(l.get(), o).ok());
+  o.node_max_bytes = 0;
+  auto t = BwTree::Open(l.get(), o);
+  REQUIRE(t.ok());
+  CHECK((*t)->options().node_max_bytes == limit);
+
+  // With the LSS's default buffers the default is 64 KiB.
+  auto env2 = NewMemEnv();
+  llama::LlamaOptions big = TreeLlamaOptions();
+  big.lss.buffer_size = llama::LssOptions().buffer_size;
+  big.lss.segment_size = 2 * big.lss.buffer_size;
+  auto l2 = OpenLlama(env2.get(), big);
+  auto t2 = BwTree::Open(l2.get(), BwTreeOptions{});
+  REQUIRE(t2.ok());
+  CHECK((*t2)->options().node_max_bytes == (64u << 10));
 }
 
 TEST_CASE("Write kinds follow their existence rules", "[dc][bwtree]") {

@@ -748,12 +748,8 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   }
   if (!installed) return Status::OK();
   if (level == 0) return SizeLeaf(pid, /*allow_merge=*/true);
-  // Right after consolidation the chain is a base under at most the deltas
-  // above the ESL: size it for a split.
-  read = llama_->Read(pid);
-  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
-  const PageNode* head = *read;
-  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  ASSIGN_OR_RETURN(const PageNode* head, ReadToSize(pid));
+  if (head == nullptr) return Status::OK();
   InnerImage image;
   RETURN_IF_ERROR(GatherInner(head, &image));
   if (image.entries.size() > options_.inner_max_entries ||
@@ -763,14 +759,23 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   return Status::OK();
 }
 
-Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
+Result<const PageNode*> BwTree::ReadToSize(PageId pid) {
   // Right after consolidation the chain is a base under at most the deltas
-  // above the ESL: sized from the base's count and the kept deltas, no
-  // gather needed.
+  // above the ESL. A structure delta there is another thread's change, left
+  // to it.
   Result<const PageNode*> read = llama_->Read(pid);
-  if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
-  const PageNode* head = *read;
-  if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  if (!read.ok()) {
+    if (read.status().IsNotFound()) return static_cast<const PageNode*>(nullptr);
+    return read.status();
+  }
+  if (*read == nullptr || HasStructureDelta(*read)) return static_cast<const PageNode*>(nullptr);
+  return *read;
+}
+
+Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
+  // Sized from the base's count and the kept deltas: no gather needed.
+  ASSIGN_OR_RETURN(const PageNode* head, ReadToSize(pid));
+  if (head == nullptr) return Status::OK();
   size_t deltas = 0;
   ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
   const size_t records = base.count() + deltas;

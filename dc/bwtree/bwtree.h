@@ -305,6 +305,9 @@ class BwTree {
   // A leaf just consolidated: split it if it outgrew its limits, or, with
   // allow_merge, merge it into its left neighbour if it is small enough.
   Status SizeLeaf(PageId pid, bool allow_merge);
+  // A page's state to size after its consolidation; null when the page is
+  // gone, empty, or carries a structure delta (another thread's change).
+  Result<const llama::PageNode*> ReadToSize(PageId pid);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
   Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
   // Installs a consolidated `chain` over `head` by Update-R, counting the

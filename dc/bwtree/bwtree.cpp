@@ -150,6 +150,33 @@ std::string EncodePid(PageId pid) {
   return s;
 }
 
+size_t SatAdd(size_t a, size_t b) {
+  size_t r;
+  return __builtin_add_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+size_t SatMul(size_t a, size_t b) {
+  size_t r;
+  return __builtin_mul_overflow(a, b, &r) ? SIZE_MAX : r;
+}
+
+// The most bytes one record at the limits takes in a page: a base entry (two
+// length words, LSN, flags) with its slot, or a record delta with its LSS
+// piece framing, whichever is larger. Saturates.
+size_t LargestRecordBytes(const Limits& limits) {
+  constexpr size_t kRecordOverhead = 48;
+  return SatAdd(SatAdd(limits.max_key_size, limits.max_value_size), kRecordOverhead);
+}
+
+// What NodeBytesRoom accounts for, for an error message.
+std::string WhyRoom(const BwTreeOptions& o) {
+  return fmt::format(
+      "leaf_delta_threshold + 1 = {} records of {}-byte keys and {}-byte values, or "
+      "inner_delta_threshold + 1 = {} index entries, arriving before the page is sized",
+      o.leaf_delta_threshold + 1, o.limits.max_key_size, o.limits.max_value_size,
+      o.inner_delta_threshold + 1);
+}
+
 // A key above every key the limits allow: where reverse scans start.
 std::string KeyAboveAll(const Limits& limits) {
   return std::string(limits.max_key_size + 1, '\xff');
@@ -273,6 +300,15 @@ Status BwTree::ValidateOptions(const BwTreeOptions& o) {
   return Status::OK();
 }
 
+size_t BwTree::NodeBytesRoom(const BwTreeOptions& o) {
+  // Per index-entry delta (two keys): its fields and LSS piece framing.
+  constexpr size_t kIndexOverhead = 48;
+  const size_t leaf = SatMul(SatAdd(o.leaf_delta_threshold, 1), LargestRecordBytes(o.limits));
+  const size_t inner = SatMul(SatAdd(o.inner_delta_threshold, 1),
+                              SatAdd(SatMul(o.limits.max_key_size, 2), kIndexOverhead));
+  return std::max(leaf, inner);
+}
+
 size_t BwTree::NodeBytesLimit(size_t max_record_bytes) {
   // The transaction's record, its allocation record and the two pages'.
   constexpr size_t kHeaders = 4 * llama::kRecordHeaderSize;
@@ -285,13 +321,39 @@ Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options
   const size_t limit = NodeBytesLimit(record);
   // The LSS's smallest buffer (8 KiB) leaves room for 2.6 KiB nodes.
   assert(limit >= kMinNodeBytes);
-  if (options.node_max_bytes == 0) options.node_max_bytes = std::min(kDefaultNodeBytes, limit);
-  if (options.node_max_bytes > limit) {
+  // A page may hold node_max_bytes plus `room` when it splits, and a split
+  // writes it whole with its sibling in one record of 3 * limit. A split by count may give the sibling nearly all the bytes, so
+  // the page may be 1.5 * limit. A node must also hold one record of the
+  // largest size, or a leaf of one such record would stay above
+  // node_max_bytes after every size check.
+  const size_t page = limit + limit / 2;
+  const size_t room = NodeBytesRoom(options);
+  const size_t min_node = std::max(kMinNodeBytes, LargestRecordBytes(options.limits));
+  if (room > page || min_node > page - room) {
+    return Status::InvalidArgument(fmt::format(
+        "bw-tree options: a node of {} bytes (one record of the largest size) and {} bytes "
+        "past it ({}) do not fit in this store's LSS records of at most {} bytes "
+        "(LssOptions::buffer_size - 64): lower the limits or the delta thresholds, or raise "
+        "buffer_size",
+        min_node, room, WhyRoom(options), record));
+  }
+  const size_t max_node = std::min(limit, page - room);
+  if (options.node_max_bytes == 0) {
+    options.node_max_bytes = std::max(min_node, std::min(kDefaultNodeBytes, max_node));
+  }
+  if (options.node_max_bytes < min_node) {
+    return Status::InvalidArgument(fmt::format(
+        "bw-tree options: node_max_bytes ({}) must be at least {}: one record of {}-byte "
+        "keys and {}-byte values (the limits)",
+        options.node_max_bytes, min_node, options.limits.max_key_size,
+        options.limits.max_value_size));
+  }
+  if (options.node_max_bytes > max_node) {
     return Status::InvalidArgument(fmt::format(
         "bw-tree options: node_max_bytes ({}) must be at most {} for this store: a split "
-        "writes the page and its new sibling in one LSS record of at most {} bytes "
-        "(LssOptions::buffer_size - 64)",
-        options.node_max_bytes, limit, record));
+        "writes the page, which may have grown by {} bytes past it ({}), and its new sibling "
+        "in one LSS record of at most {} bytes (LssOptions::buffer_size - 64)",
+        options.node_max_bytes, max_node, room, WhyRoom(options), record));
   }
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();

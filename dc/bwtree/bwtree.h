@@ -70,8 +70,8 @@ struct BwTreeOptions {
   // than this, or its base is larger than the byte limit.
   size_t leaf_max_records = 128;
   size_t inner_max_entries = 128;
-  // 0: the default, 64 KiB or the store's limit (NodeBytesLimit) when that
-  // is lower. Open resolves it; options() reports the value in use.
+  // 0: the default, 64 KiB or the store's limit when that is lower (see
+  // BwTree::Open). Open resolves it; options() reports the value in use.
   size_t node_max_bytes = 0;
   // Merge a leaf into its left neighbour when its consolidated state holds
   // at most this many records; 0: never merge.
@@ -157,8 +157,10 @@ class BwTree {
   // Opens the tree kept in `llama`, creating an empty one (meta page and a
   // root leaf, in one system transaction) when the store holds no pages.
   // Corruption when page 1 is not a Bw-tree meta page; InvalidArgument for
-  // options the tree cannot keep (ValidateOptions), or a node_max_bytes
-  // above what the store's LSS records can hold (NodeBytesLimit).
+  // options the tree cannot keep (ValidateOptions), or a node size the
+  // store's LSS records cannot hold: node_max_bytes above NodeBytesLimit or
+  // below one record at the limits, or node_max_bytes plus NodeBytesRoom
+  // (the limits' records) above 1.5 times NodeBytesLimit.
   static Result<std::unique_ptr<BwTree>> Open(llama::Llama* llama, BwTreeOptions options = {});
   // InvalidArgument naming the first option out of bounds: a node must be
   // able to split (at least 2 records or entries, 1 KiB unless 0 for the
@@ -174,6 +176,15 @@ class BwTree {
   // headers, so a page may reach twice the limit before its split no longer
   // fits.
   static size_t NodeBytesLimit(size_t max_record_bytes);
+  // How far past node_max_bytes a page may grow before it is sized: a leaf
+  // is sized after each consolidation, so it may take leaf_delta_threshold
+  // + 1 records of the largest size (key and value at their limits, with
+  // their encoding and LSS framing) first; an inner node likewise
+  // inner_delta_threshold + 1 index-entry deltas (two keys each). Open holds
+  // node_max_bytes + this to 1.5 times NodeBytesLimit: a split writes the
+  // page whole and its sibling, which a split by count may give nearly all
+  // of the page's bytes, in one record. Saturates at SIZE_MAX.
+  static size_t NodeBytesRoom(const BwTreeOptions& options);
 
   // Reads the key: NotFound when absent or deleted.
   Result<Record> Get(Slice key);

@@ -182,10 +182,10 @@ TEST_CASE("LLAMA leaves pages private to an open system transaction to its commi
 TEST_CASE("Bw-tree conditional writes compare with the held LSN, tombstones included",
           "[dc][bwtree]") {
   std::unique_ptr<Env> mem = NewMemEnv();
-  llama::LlamaOptions o = InProcessHarness::Options(HarnessConfig{}).llama;
-  Result<std::unique_ptr<llama::Llama>> l = llama::Llama::Open(mem.get(), "/t", o);
+  const dc::DcOptions o = InProcessHarness::Options(HarnessConfig{});
+  Result<std::unique_ptr<llama::Llama>> l = llama::Llama::Open(mem.get(), "/t", o.llama);
   REQUIRE(l.ok());
-  Result<std::unique_ptr<bwtree::BwTree>> t = bwtree::BwTree::Open(l->get());
+  Result<std::unique_ptr<bwtree::BwTree>> t = bwtree::BwTree::Open(l->get(), o.tree);
   REQUIRE(t.ok());
   bwtree::BwTree* tree = t->get();
   auto write = [&](bool tombstone, const char* key, uint64_t lsn) {

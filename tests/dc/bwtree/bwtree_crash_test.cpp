@@ -71,7 +71,7 @@ struct Config {
 };
 
 BwTreeOptions NodeOptions() {
-  BwTreeOptions o;
+  BwTreeOptions o = test::TestOptions();
   o.leaf_max_records = 8;
   o.inner_max_entries = 6;
   o.leaf_delta_threshold = 4;
@@ -169,6 +169,9 @@ Totals Run(uint64_t seed, const Config& c) {
   std::atomic<uint64_t> esl{c.cycles > 0 ? 0 : test::kAll};
   auto esl_fn = [&esl] { return esl.load(); };
   BwTreeOptions o = NodeOptions();
+  // What the drivers write, so that 8 KiB buffers hold the tree (Open).
+  o.limits.max_key_size = 16;
+  o.limits.max_value_size = c.max_value;
   o.flush_bound = esl_fn;
   // Tombstones below the ESL may go (the RSSP never passes ESL + 1).
   o.purge_bound = esl_fn;

@@ -55,6 +55,7 @@ using test::OpenTree;
 using test::RequireCheck;
 using test::SmallNodeOptions;
 using test::SpaceKey;
+using test::TestOptions;
 using test::TreeLlamaOptions;
 
 // Tombstones this many LSNs old may be purged.
@@ -125,7 +126,7 @@ TEST_CASE("One thread's random operations match a std::map model", "[dc][bwtree]
     RunSingle(seed, SmallNodeOptions(), true, 600, 3000, 500, true);
   }
   SECTION("wider nodes, longer chains") {
-    BwTreeOptions o;
+    BwTreeOptions o = TestOptions();
     o.leaf_max_records = 24;
     o.inner_max_entries = 8;
     o.leaf_delta_threshold = 6;

@@ -44,10 +44,30 @@ inline std::string Key(uint64_t i) {
 // Printable form of bytes (keys and values may hold any byte).
 inline std::string Esc(std::string_view s) { return Slice(s).ToEscaped(); }
 
+// Key and value limits that TreeLlamaOptions' 64 KiB LSS buffers hold with
+// nodes at the store's limit: Open requires node_max_bytes (here up to
+// NodeBytesLimit, 21,760 bytes) plus NodeBytesRoom (5 records of 512-byte
+// keys and 1536-byte values at the default leaf_delta_threshold, 10,480
+// bytes) within 1.5 times NodeBytesLimit. The defaults (4 KiB keys, 64 KiB
+// values) need larger buffers.
+inline Limits TestLimits() {
+  Limits l;
+  l.max_key_size = 512;
+  l.max_value_size = 1536;
+  return l;
+}
+
+// The default options with TestLimits.
+inline BwTreeOptions TestOptions() {
+  BwTreeOptions o;
+  o.limits = TestLimits();
+  return o;
+}
+
 // Nodes so small that a few hundred keys make a tree of several levels, and
 // every few writes consolidate, split or merge something.
 inline BwTreeOptions SmallNodeOptions() {
-  BwTreeOptions o;
+  BwTreeOptions o = TestOptions();
   o.leaf_max_records = 6;
   o.inner_max_entries = 5;
   o.leaf_delta_threshold = 3;

@@ -347,7 +347,7 @@ constexpr TreeKnob kTreeKnobs[] = {
      &bwtree::BwTreeOptions::inner_max_entries},
     {"leaf_merge_records", "merge a leaf at or below this many records; 0: never", 0, 32768,
      &bwtree::BwTreeOptions::leaf_merge_records},
-    {"node_max_bytes", "split a node whose state is larger; 0: 64 KiB", 0, 1 << 20,
+    {"node_max_bytes", "split a node whose state is larger; 0: the default (Open)", 0, 1 << 20,
      &bwtree::BwTreeOptions::node_max_bytes},
 };
 

@@ -322,10 +322,11 @@ Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options
   // The LSS's smallest buffer (8 KiB) leaves room for 2.6 KiB nodes.
   assert(limit >= kMinNodeBytes);
   // A page may hold node_max_bytes plus `room` when it splits, and a split
-  // writes it whole with its sibling in one record of 3 * limit. A split by count may give the sibling nearly all the bytes, so
-  // the page may be 1.5 * limit. A node must also hold one record of the
-  // largest size, or a leaf of one such record would stay above
-  // node_max_bytes after every size check.
+  // writes it whole with its sibling in one record of 3 * limit. A split by
+  // count may give the sibling nearly all the bytes, so the page may be 1.5
+  // * limit. A node must also hold one record of the largest size, or a
+  // leaf of one such record would stay above node_max_bytes after every
+  // size check.
   const size_t page = limit + limit / 2;
   const size_t room = NodeBytesRoom(options);
   const size_t min_node = std::max(kMinNodeBytes, LargestRecordBytes(options.limits));

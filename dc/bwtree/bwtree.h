@@ -173,8 +173,8 @@ class BwTree {
   // record, the page it splits whole (up to node_max_bytes plus what arrived
   // since its last size check) and the new sibling (about half of that):
   // the limit keeps a node at a third of the record, less the records'
-  // headers, so a page may reach twice the limit before its split no longer
-  // fits.
+  // headers, and Open holds a node plus what may reach it before its size
+  // check (NodeBytesRoom) to 1.5 times the limit.
   static size_t NodeBytesLimit(size_t max_record_bytes);
   // How far past node_max_bytes a page may grow before it is sized: a leaf
   // is sized after each consolidation, so it may take leaf_delta_threshold

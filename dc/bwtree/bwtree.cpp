@@ -31,7 +31,8 @@ constexpr char kRootKey[] = "root";
 constexpr int kMaxAttempts = 1 << 14;
 constexpr int kMaxHops = 1 << 12;
 
-// node_max_bytes: the least allowed, and the default where the store allows it.
+// node_max_bytes: the least allowed, and the default where the store and the
+// limits allow it.
 constexpr size_t kMinNodeBytes = 1024;
 constexpr size_t kDefaultNodeBytes = 64 << 10;
 

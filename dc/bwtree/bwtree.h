@@ -70,8 +70,9 @@ struct BwTreeOptions {
   // than this, or its base is larger than the byte limit.
   size_t leaf_max_records = 128;
   size_t inner_max_entries = 128;
-  // 0: the default, 64 KiB or the store's limit when that is lower (see
-  // BwTree::Open). Open resolves it; options() reports the value in use.
+  // 0: the default, 64 KiB, lowered to what the store and the limits allow
+  // or raised to one record at the limits (see BwTree::Open). Open resolves
+  // it; options() reports the value in use.
   size_t node_max_bytes = 0;
   // Merge a leaf into its left neighbour when its consolidated state holds
   // at most this many records; 0: never merge.
@@ -171,10 +172,10 @@ class BwTree {
   // The largest node_max_bytes for LSS records of `max_record_bytes`
   // (Llama::MaxRecordBytes). A split's system transaction writes, in one
   // record, the page it splits whole (up to node_max_bytes plus what arrived
-  // since its last size check) and the new sibling (about half of that):
-  // the limit keeps a node at a third of the record, less the records'
-  // headers, and Open holds a node plus what may reach it before its size
-  // check (NodeBytesRoom) to 1.5 times the limit.
+  // since its last size check) and the new sibling (up to nearly all of
+  // that): the limit keeps a node at a third of the record, less the
+  // records' headers, and Open holds a node plus what may reach it before
+  // its size check (NodeBytesRoom) to 1.5 times the limit.
   static size_t NodeBytesLimit(size_t max_record_bytes);
   // How far past node_max_bytes a page may grow before it is sized: a leaf
   // is sized after each consolidation, so it may take leaf_delta_threshold

@@ -71,7 +71,7 @@ struct Config {
 };
 
 BwTreeOptions NodeOptions() {
-  BwTreeOptions o = test::TestOptions();
+  BwTreeOptions o;
   o.leaf_max_records = 8;
   o.inner_max_entries = 6;
   o.leaf_delta_threshold = 4;

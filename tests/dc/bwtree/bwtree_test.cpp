@@ -277,8 +277,8 @@ TEST_CASE("Open holds the key and value limits to what the store's LSS records h
   Random64 rnd(seed);
   Model m;
   for (uint64_t lsn = 1; lsn <= 600; ++lsn) {
-    // Half the values at the limit, the rest of any size: count splits then
-    // give one half most of the bytes.
+    // Half the values at the limit, the rest of any size, so that a split
+    // by count can give one half most of the bytes.
     const size_t size = rnd.OneIn(2) ? 4000 : rnd.Uniform(4001);
     Write(t.get(), &m, WriteKind::kUpsert, Key(rnd.Uniform(100)),
           std::string(size, static_cast<char>('a' + lsn % 26)), lsn);

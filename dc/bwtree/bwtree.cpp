@@ -807,17 +807,22 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   bool installed = false;
   if (level == 0) {
     RETURN_IF_ERROR(ConsolidateLeaf(pid, *read, &installed));
-  } else {
-    RETURN_IF_ERROR(ConsolidateInner(pid, *read, &installed));
+    if (!installed) return Status::OK();
+    return SizeLeaf(pid, /*allow_merge=*/true);
   }
-  if (!installed) return Status::OK();
-  if (level == 0) return SizeLeaf(pid, /*allow_merge=*/true);
+  const PageNode* base = nullptr;
+  size_t entries = 0;
+  RETURN_IF_ERROR(ConsolidateInner(pid, *read, &base, &entries));
+  if (base == nullptr) return Status::OK();
   ASSIGN_OR_RETURN(const PageNode* head, ReadToSize(pid));
   if (head == nullptr) return Status::OK();
-  InnerImage image;
-  RETURN_IF_ERROR(GatherInner(head, &image));
-  if (image.entries.size() > options_.inner_max_entries ||
-      DataBytes(head) > options_.node_max_bytes) {
+  if (head != base) {
+    // Another thread changed the page since: count what it holds now.
+    InnerImage image;
+    RETURN_IF_ERROR(GatherInner(head, &image));
+    entries = image.entries.size();
+  }
+  if (entries > options_.inner_max_entries || DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, level);
   }
   return Status::OK();
@@ -930,12 +935,11 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   return Status::OK();
 }
 
-Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, bool* installed) {
-  *installed = false;
-  InnerImage image;
-  RETURN_IF_ERROR(GatherInner(head, &image));
-  const std::string base = EncodeInnerBase(image.header, image.entries);
-  *installed = InstallConsolidated(pid, head, MakeNode(llama_, NodeKind::kBase, base, 0));
+Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode** installed,
+                                size_t* entries) {
+  *installed = nullptr;
+  ASSIGN_OR_RETURN(PageNode* base, ConsolidateInnerChain(llama_, head, entries));
+  if (InstallConsolidated(pid, head, base)) *installed = base;
   return Status::OK();
 }
 

@@ -321,7 +321,10 @@ class BwTree {
   // gone, empty, or carries a structure delta (another thread's change).
   Result<const llama::PageNode*> ReadToSize(PageId pid);
   Status ConsolidateLeaf(PageId pid, const llama::PageNode* head, bool* installed);
-  Status ConsolidateInner(PageId pid, const llama::PageNode* head, bool* installed);
+  // *installed: the new base, once Update-R put it in place (else null);
+  // *entries: how many entries it holds.
+  Status ConsolidateInner(PageId pid, const llama::PageNode* head,
+                          const llama::PageNode** installed, size_t* entries);
   // Installs a consolidated `chain` over `head` by Update-R, counting the
   // outcome; a lost race discards the chain. True when installed.
   bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);

@@ -461,20 +461,23 @@ Status BaseView::Validate() const {
   return Status::OK();
 }
 
-// ---- LeafBaseBuilder -------------------------------------------------------------
+// ---- BaseBuilder -----------------------------------------------------------------
 
-Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
-                               uint64_t purge_bound, size_t* purged) {
-  assert(from.is_leaf() && begin <= end && end <= from.count_);
+Status BaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end, uint64_t purge_bound,
+                           size_t* purged) {
+  assert(from.type() == header_.type && begin <= end && end <= from.count_);
   const char* data = from.payload_.data();
   const size_t size = from.payload_.size();
   // Each entry's span lies inside the entries, in order, and holds at least
-  // a record's fixed fields (two lengths, LSN, flags: 17 bytes) ending in
-  // known flags; what the purge needs (flags, LSN) sits at the span's end.
+  // an entry's fixed fields: for a leaf record two lengths, LSN and flags (17
+  // bytes) ending in known flags, what the purge needs (flags, LSN) sitting
+  // at the span's end; for an inner entry a length and a child (12 bytes).
   // The lengths inside are not decoded: every read of the new base checks
-  // its record's own bytes (RecordAt, KeyAt), as Validate checks them all.
-  // Counted in locals: the loop reads through char pointers, which may
-  // alias the members, so member updates would be stored every entry.
+  // its entry's own bytes (RecordAt, KeyAt, InnerAt), as Validate checks
+  // them all. Counted in locals: the loop reads through char pointers, which
+  // may alias the members, so member updates would be stored every entry.
+  const bool leaf = from.is_leaf();
+  const size_t fixed = leaf ? 17 : 12;
   size_t run_begin = begin;
   size_t kept = 0, kept_bytes = 0;
   size_t at = begin < from.count_ ? from.OffsetAt(begin) : size;
@@ -484,48 +487,58 @@ Status LeafBaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end,
   const char* const offsets = data + from.slots_at_ + 8;  // slot i's offset: + 12 i
   for (size_t i = begin; i < end; ++i) {
     const size_t next = i < inner_end ? Fixed32(offsets + kBaseSlotSize * (i + 1)) : size;
-    if (next > size || next < at + 17) return Bad("base entry offset out of range");
-    const auto flags = static_cast<uint8_t>(data[next - 1]);
-    if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-    if ((flags & kRecordTombstone) != 0 && Fixed64(data + next - 9) < purge_bound) {
-      if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}});
-      run_begin = i + 1;
-      if (purged != nullptr) ++*purged;
-    } else {
-      ++kept;
-      kept_bytes += next - at;
+    if (next > size || next < at + fixed) return Bad("base entry offset out of range");
+    if (leaf) {
+      const auto flags = static_cast<uint8_t>(data[next - 1]);
+      if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+      if ((flags & kRecordTombstone) != 0 && Fixed64(data + next - 9) < purge_bound) {
+        if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}, {}});
+        run_begin = i + 1;
+        if (purged != nullptr) ++*purged;
+        at = next;
+        continue;
+      }
     }
+    ++kept;
+    kept_bytes += next - at;
     at = next;
   }
   count_ += kept;
   entry_bytes_ += kept_bytes;
-  if (run_begin < end) pieces_.push_back(Piece{&from, run_begin, end, {}});
+  if (run_begin < end) pieces_.push_back(Piece{&from, run_begin, end, {}, {}});
   return Status::OK();
 }
 
-void LeafBaseBuilder::AddRecord(const LeafRecord& record) {
-  assert(!record.tombstone || record.value.empty());
-  pieces_.push_back(Piece{nullptr, 0, 0, record});
+void BaseBuilder::AddRecord(const LeafRecord& record) {
+  assert(header_.type == NodeType::kLeaf && (!record.tombstone || record.value.empty()));
+  pieces_.push_back(Piece{nullptr, 0, 0, record, {}});
   ++count_;
   entry_bytes_ += 4 + record.key.size() + 4 + record.value.size() + 9;
 }
 
-size_t LeafBaseBuilder::size() const { return HeaderSize(header_, count_) + entry_bytes_; }
+void BaseBuilder::AddEntry(const InnerEntry& entry) {
+  assert(header_.type == NodeType::kInner);
+  pieces_.push_back(Piece{nullptr, 0, 0, {}, entry});
+  ++count_;
+  entry_bytes_ += 4 + entry.separator.size() + 8;
+}
 
-std::string LeafBaseBuilder::Finish() const {
+size_t BaseBuilder::size() const { return HeaderSize(header_, count_) + entry_bytes_; }
+
+std::string BaseBuilder::Finish() const {
   std::string out(size(), '\0');
   Finish(out.data());
   return out;
 }
 
-void LeafBaseBuilder::Finish(char* dst) const {
-  assert(header_.type == NodeType::kLeaf && header_.level == 0);
+void BaseBuilder::Finish(char* dst) const {
+  assert((header_.type == NodeType::kLeaf) == (header_.level == 0));
   const size_t n = count_;
   char* table = EncodeHeader(header_, n, dst);
   char* p = table + kBaseSlotSize * n;
   size_t slot = 0;
   for (const Piece& piece : pieces_) {
-    if (piece.from == nullptr) {
+    if (piece.from == nullptr && header_.type == NodeType::kLeaf) {
       const LeafRecord& r = piece.record;
       PutSlot(table, slot++, r.key, static_cast<size_t>(p - dst));
       p = PutBytes(p, r.key);
@@ -533,6 +546,14 @@ void LeafBaseBuilder::Finish(char* dst) const {
       EncodeFixed64(p, r.lsn);
       p += 8;
       *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+      continue;
+    }
+    if (piece.from == nullptr) {
+      const InnerEntry& e = piece.entry;
+      PutSlot(table, slot++, e.separator, static_cast<size_t>(p - dst));
+      p = PutBytes(p, e.separator);
+      EncodeFixed64(p, e.child);
+      p += 8;
       continue;
     }
     // A run: its slots as they are, their offsets then moved to where its

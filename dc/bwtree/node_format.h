@@ -149,7 +149,7 @@ class BaseView {
   Status Validate() const;
 
  private:
-  friend class LeafBaseBuilder;
+  friend class BaseBuilder;
   // Bytes of entry i: [begin, end) within the payload.
   Result<Slice> EntryBytes(size_t i) const;
   // Inner entry i decoded in place (EntryAt and RouteEntry).
@@ -173,24 +173,28 @@ class BaseView {
   size_t entries_at_ = 0;  // payload offset of the first entry
 };
 
-// Builds a leaf base from runs of another leaf base's entries, copied as
-// bytes with their key prefixes (offsets shifted), and new records, added in
-// ascending key order: what consolidation does without decoding the records
-// it keeps. Each run's entry spans are checked to lie in order inside the
-// payload, long enough for a record, with known flags; the lengths inside
-// are left to the reads of the new base, which check every record they
-// decode (a copy never reads outside the old payload).
-// REQUIRES: runs and records are added in strictly ascending key order, all
+// Builds a base from runs of another base's entries of the same type, copied
+// as bytes with their key prefixes (offsets shifted), and new entries (leaf
+// records or inner entries, as the header's type says), added in ascending
+// key order: what consolidation does without decoding the entries it keeps.
+// Each run's entry spans are checked to lie in order inside the payload,
+// long enough for an entry (leaf records also end in known flags); the
+// lengths inside are left to the reads of the new base, which check every
+// entry they decode (a copy never reads outside the old payload).
+// REQUIRES: runs and entries are added in strictly ascending key order, all
 // in the header's range; views stay valid until Finish().
-class LeafBaseBuilder {
+class BaseBuilder {
  public:
-  explicit LeafBaseBuilder(const BaseHeader& header) : header_(header) { pieces_.reserve(16); }
-  // Entries [begin, end) of `from` (a leaf base). Tombstones with LSN below
-  // `purge_bound` are left out and counted in *purged.
-  // REQUIRES: begin <= end <= from.count().
+  explicit BaseBuilder(const BaseHeader& header) : header_(header) { pieces_.reserve(16); }
+  // Entries [begin, end) of `from` (a base of the header's type). Leaf
+  // tombstones with LSN below `purge_bound` are left out and counted in
+  // *purged. REQUIRES: begin <= end <= from.count().
   Status AddRun(const BaseView& from, size_t begin, size_t end, uint64_t purge_bound = 0,
                 size_t* purged = nullptr);
+  // REQUIRES: a leaf header.
   void AddRecord(const LeafRecord& record);
+  // REQUIRES: an inner header.
+  void AddEntry(const InnerEntry& entry);
   size_t count() const { return count_; }
   // The base payload's size, and the payload written into exactly that many
   // bytes at dst (or returned).
@@ -202,7 +206,8 @@ class LeafBaseBuilder {
   struct Piece {
     const BaseView* from = nullptr;  // a run [begin, end) of `from`, or:
     size_t begin = 0, end = 0;
-    LeafRecord record;               // a new record (from == nullptr)
+    LeafRecord record;               // a new record (from == nullptr, a leaf)
+    InnerEntry entry;                // a new entry (from == nullptr, inner)
   };
   BaseHeader header_;
   std::vector<Piece> pieces_;

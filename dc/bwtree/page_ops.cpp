@@ -513,6 +513,71 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
 
 namespace {
 
+// The usual inner chain (see ConsolidateInnerChain): its base viewed in
+// *base, its new base's pieces in *out. *out stays empty for any other chain.
+Status InnerSimple(const PageNode* head, BaseView* base, std::optional<BaseBuilder>* out) {
+  const PageNode* delta_node = nullptr;
+  const PageNode* base_node = nullptr;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kBase) {
+      base_node = n;
+      break;
+    }
+    if (n->kind != NodeKind::kDelta) continue;
+    if (delta_node != nullptr) return Status::OK();
+    delta_node = n;
+  }
+  if (delta_node == nullptr || base_node == nullptr) return Status::OK();
+  ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(delta_node)));
+  if (d.type != DeltaType::kIndexEntry && d.type != DeltaType::kIndexTermDelete) return Status::OK();
+  RETURN_IF_ERROR(base->Init(PayloadOf(base_node)));
+  if (base->is_leaf() || base->AboveHigh(d.key)) return Status::OK();
+  ASSIGN_OR_RETURN(BasePosition pos, base->Find(d.key));
+  const size_t n = base->count();
+  // The entry that changes (or goes in before `at`) keeps its place only if
+  // neither neighbour routes to its child: otherwise gathering folds them.
+  const size_t at = pos.index;
+  if (!pos.exact && at == 0) return Status::OK();  // below the first separator
+  const size_t next = pos.exact ? at + 1 : at;  // the first entry after it
+  if (at > 0) {
+    ASSIGN_OR_RETURN(InnerEntry e, base->EntryAt(at - 1));
+    if (e.child == d.pid) return Status::OK();
+  }
+  if (next < n) {
+    ASSIGN_OR_RETURN(InnerEntry e, base->EntryAt(next));
+    if (e.child == d.pid) return Status::OK();
+  }
+  BaseBuilder& b = out->emplace(base->header());
+  RETURN_IF_ERROR(b.AddRun(*base, 0, at));
+  b.AddEntry(InnerEntry{d.key, d.pid});
+  return b.AddRun(*base, next, n);
+}
+
+}  // namespace
+
+Result<PageNode*> ConsolidateInnerChain(llama::Llama* llama, const PageNode* head,
+                                        size_t* entries, bool* copied) {
+  BaseView base;
+  std::optional<BaseBuilder> builder;
+  RETURN_IF_ERROR(InnerSimple(head, &base, &builder));
+  if (copied != nullptr) *copied = builder.has_value();
+  if (builder) {
+    PageNode* node = llama->NewNode(NodeKind::kBase, builder->size(), 0);
+    builder->Finish(node->payload());
+    *entries = builder->count();
+    return node;
+  }
+  InnerImage image;
+  RETURN_IF_ERROR(GatherInner(head, &image));
+  const size_t size = InnerBaseSize(image.header, image.entries);
+  PageNode* node = llama->NewNode(NodeKind::kBase, size, 0);
+  EncodeInnerBase(image.header, image.entries, node->payload());
+  *entries = image.entries.size();
+  return node;
+}
+
+namespace {
+
 // The per-key rule of every leaf consolidation: over the deltas sorted by
 // key, newest first within a key, the deltas above `lsn_bound` are kept (as
 // indexes into image.deltas), the first one at or below it is handed to
@@ -601,7 +666,7 @@ namespace {
 // Consolidate(head, ...) for the common chain: record and split deltas over
 // one leaf base (no merge or remove-node delta). The base is not decoded:
 // the runs of its entries that no folded delta replaces are copied as bytes
-// (LeafBaseBuilder), each folded record placed by a search of the base.
+// (BaseBuilder), each folded record placed by a search of the base.
 // False in *simple when the chain is not of that form (nothing is done).
 // With `from`: only keys >= *from are kept, and *from is the new low key.
 // With `sink`, the base is written into the sink(size, base tag) bytes
@@ -674,7 +739,7 @@ Result<ConsolidatedPage> ConsolidateSimple(const PageNode* head, uint64_t lsn_bo
   // runs copied as bytes.
   std::vector<size_t> order;
   std::vector<const LeafImage::Delta*> sorted = SortedDeltas(image, &order);
-  LeafBaseBuilder builder(image.header);
+  BaseBuilder builder(image.header);
   std::vector<size_t> kept;
   size_t next_base = base_begin;  // base entries before it are placed
   RETURN_IF_ERROR(FoldSortedDeltas(sorted, order, lsn_bound, &kept, &out, [&](const DeltaView& d) {

@@ -254,6 +254,20 @@ struct InnerImage {
 // NotSupported for merge or remove-node deltas (inner nodes are not merged).
 Status GatherInner(const llama::PageNode* head, InnerImage* out);
 
+// An inner page's chain consolidated straight into a new base node for
+// Llama::UpdateR (tag 0): the entries GatherInner gathers, encoded as
+// EncodeInnerBase does; *entries gets their count. The usual chain after a
+// split, one index delta over an inner base whose entries stay as they are
+// around it, is built by copying the base's entries as bytes (BaseBuilder)
+// beside the one new or changed entry: byte for byte what gathering builds,
+// for a base without neighbours routing to one child (every base the tree
+// writes). Any other chain (several deltas, a split, a change that folds
+// neighbours together) is gathered. The node is the caller's until UpdateR
+// succeeds (Llama::DiscardNode otherwise). *copied (when given) says which
+// way it went: true for the byte copy.
+Result<llama::PageNode*> ConsolidateInnerChain(llama::Llama* llama, const llama::PageNode* head,
+                                               size_t* entries, bool* copied = nullptr);
+
 // Consolidates a gathered leaf (OpenBw-Tree 4.3 fast consolidation): as
 // Consolidate(head, ...) below, for any image.
 Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
@@ -279,7 +293,7 @@ Result<ConsolidatedPage> Consolidate(const LeafImage& image, uint64_t lsn_bound,
 // that purged tombstones read as kNotFound.
 // A chain of record and split deltas over a leaf base (the common case) is
 // consolidated without decoding the base: the runs of base records no
-// folded delta replaces are copied as bytes (LeafBaseBuilder); the result is
+// folded delta replaces are copied as bytes (BaseBuilder); the result is
 // byte for byte what gathering the chain and Consolidate(image) build.
 Result<ConsolidatedPage> Consolidate(const llama::PageNode* head, uint64_t lsn_bound,
                                      uint64_t purge_bound = 0);

@@ -325,11 +325,11 @@ Status TouchBase(const std::string& bytes) {
   }
   view->Find("k00010").status().PermitUncheckedError();
   view->Find("k00010", 1, 3).status().PermitUncheckedError();
-  if (view->is_leaf()) {
+  {
     // Consolidation's copy: whatever AddRun accepts builds a base whose
     // reads stay inside it (ASan), and a base that validates gives a copy
     // that validates.
-    LeafBaseBuilder builder(view->header());
+    BaseBuilder builder(view->header());
     const Status added = builder.AddRun(*view, 0, view->count(), /*purge_bound=*/5);
     if (v.ok()) CHECK(added.ok());
     if (added.ok()) {
@@ -343,12 +343,18 @@ Status TouchBase(const std::string& bytes) {
       }
       if (copied.ok()) {
         for (size_t i = 0; i < copied->count(); ++i) {
-          copied->RecordAt(i).status().PermitUncheckedError();
+          if (copied->is_leaf()) {
+            copied->RecordAt(i).status().PermitUncheckedError();
+          } else {
+            copied->EntryAt(i).status().PermitUncheckedError();
+          }
         }
         copied->Validate().PermitUncheckedError();
       }
     }
     added.PermitUncheckedError();
+  }
+  if (view->is_leaf()) {
     std::vector<LeafRecord> all;
     const Status a = view->AppendRecords(&all);
     // A base that validates decodes sequentially too, to the same count.

@@ -513,6 +513,7 @@ TEST_CASE("Byte-copying inner consolidation equals gathering", "[dc][bwtree]") {
   Random64 rnd(seed);
   auto env = NewMemEnv();
   auto l = OpenOrDie(env.get());
+  const std::string high = Key(80);
   int copies = 0, gathers = 0;
   for (int round = 0; round < 300; ++round) {
     INFO("round " << round);
@@ -538,7 +539,7 @@ TEST_CASE("Byte-copying inner consolidation equals gathering", "[dc][bwtree]") {
     h.low_key = entries.front().separator;
     if (rnd.OneIn(2)) {
       h.high_infinite = false;
-      h.high_key = Key(80);
+      h.high_key = high;
       h.right_sibling = 99;
     }
     const PageId pid = CreatePage(l.get(), EncodeInnerBase(h, entries));

@@ -513,9 +513,10 @@ Status GatherInner(const PageNode* head, InnerImage* out) {
 
 namespace {
 
-// The usual inner chain (see ConsolidateInnerChain): its base viewed in
-// *base, its new base's pieces in *out. *out stays empty for any other chain.
-Status InnerSimple(const PageNode* head, BaseView* base, std::optional<BaseBuilder>* out) {
+// The usual inner chain (see ConsolidateInnerChain) consolidated by copying
+// its base's entries as bytes: the new base node, with its entry count in
+// *entries; null for any other chain.
+Result<PageNode*> CopyInner(llama::Llama* llama, const PageNode* head, size_t* entries) {
   const PageNode* delta_node = nullptr;
   const PageNode* base_node = nullptr;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
@@ -524,49 +525,46 @@ Status InnerSimple(const PageNode* head, BaseView* base, std::optional<BaseBuild
       break;
     }
     if (n->kind != NodeKind::kDelta) continue;
-    if (delta_node != nullptr) return Status::OK();
+    if (delta_node != nullptr) return nullptr;
     delta_node = n;
   }
-  if (delta_node == nullptr || base_node == nullptr) return Status::OK();
+  if (delta_node == nullptr || base_node == nullptr) return nullptr;
   ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(delta_node)));
-  if (d.type != DeltaType::kIndexEntry && d.type != DeltaType::kIndexTermDelete) return Status::OK();
-  RETURN_IF_ERROR(base->Init(PayloadOf(base_node)));
-  if (base->is_leaf() || base->AboveHigh(d.key)) return Status::OK();
-  ASSIGN_OR_RETURN(BasePosition pos, base->Find(d.key));
-  const size_t n = base->count();
+  if (d.type != DeltaType::kIndexEntry && d.type != DeltaType::kIndexTermDelete) return nullptr;
+  BaseView base;
+  RETURN_IF_ERROR(base.Init(PayloadOf(base_node)));
+  if (base.is_leaf() || base.AboveHigh(d.key)) return nullptr;
+  ASSIGN_OR_RETURN(BasePosition pos, base.Find(d.key));
   // The entry that changes (or goes in before `at`) keeps its place only if
   // neither neighbour routes to its child: otherwise gathering folds them.
   const size_t at = pos.index;
-  if (!pos.exact && at == 0) return Status::OK();  // below the first separator
+  if (!pos.exact && at == 0) return nullptr;    // below the first separator
   const size_t next = pos.exact ? at + 1 : at;  // the first entry after it
   if (at > 0) {
-    ASSIGN_OR_RETURN(InnerEntry e, base->EntryAt(at - 1));
-    if (e.child == d.pid) return Status::OK();
+    ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(at - 1));
+    if (e.child == d.pid) return nullptr;
   }
-  if (next < n) {
-    ASSIGN_OR_RETURN(InnerEntry e, base->EntryAt(next));
-    if (e.child == d.pid) return Status::OK();
+  if (next < base.count()) {
+    ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(next));
+    if (e.child == d.pid) return nullptr;
   }
-  BaseBuilder& b = out->emplace(base->header());
-  RETURN_IF_ERROR(b.AddRun(*base, 0, at));
-  b.AddEntry(InnerEntry{d.key, d.pid});
-  return b.AddRun(*base, next, n);
+  BaseBuilder builder(base.header());
+  RETURN_IF_ERROR(builder.AddRun(base, 0, at));
+  builder.AddEntry(InnerEntry{d.key, d.pid});
+  RETURN_IF_ERROR(builder.AddRun(base, next, base.count()));
+  PageNode* node = llama->NewNode(NodeKind::kBase, builder.size(), 0);
+  builder.Finish(node->payload());
+  *entries = builder.count();
+  return node;
 }
 
 }  // namespace
 
 Result<PageNode*> ConsolidateInnerChain(llama::Llama* llama, const PageNode* head,
                                         size_t* entries, bool* copied) {
-  BaseView base;
-  std::optional<BaseBuilder> builder;
-  RETURN_IF_ERROR(InnerSimple(head, &base, &builder));
-  if (copied != nullptr) *copied = builder.has_value();
-  if (builder) {
-    PageNode* node = llama->NewNode(NodeKind::kBase, builder->size(), 0);
-    builder->Finish(node->payload());
-    *entries = builder->count();
-    return node;
-  }
+  ASSIGN_OR_RETURN(PageNode* copy, CopyInner(llama, head, entries));
+  if (copied != nullptr) *copied = copy != nullptr;
+  if (copy != nullptr) return copy;
   InnerImage image;
   RETURN_IF_ERROR(GatherInner(head, &image));
   const size_t size = InnerBaseSize(image.header, image.entries);

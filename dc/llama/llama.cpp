@@ -760,7 +760,8 @@ void Llama::PrepareReplacement(const PageNode* expected, PageNode* state) {
 bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
   uint64_t exp = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
   PrepareReplacement(expected, state);
-  if (mapping_->Cas(pid, exp, MappingTable::FromPointer(state))) {
+  const bool fault = update_r_fault_for_test_ && update_r_fault_for_test_(pid);
+  if (!fault && mapping_->Cas(pid, exp, MappingTable::FromPointer(state))) {
     RetireChain(expected);
     return true;
   }

@@ -297,6 +297,12 @@ class Llama {
   // Test hook: runs in every commit after its record is reserved and written,
   // just before its frees take effect (where a racing flush may land).
   void TEST_SetBeforeFrees(std::function<void()> hook) { before_frees_for_test_ = std::move(hook); }
+  // Test hook: an UpdateR for which `fault` returns true fails as if another
+  // thread's change had won its CAS (the state is the caller's to discard).
+  // Set before other threads use the cache.
+  void TEST_SetUpdateRFault(std::function<bool(PageId)> fault) {
+    update_r_fault_for_test_ = std::move(fault);
+  }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -403,6 +409,7 @@ class Llama {
   std::atomic<uint64_t> max_annotation_{0};  // see MaxAnnotation()
   bool closed_ = false;
   std::function<void()> before_frees_for_test_;
+  std::function<bool(PageId)> update_r_fault_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

@@ -430,6 +430,8 @@ SystemRun RunBwTree(const Workload& w, const DataSet& data, const Plan& plan, in
       .Set("failed_index_posts", s.failed_index_posts)
       .Set("helped_smos", s.helped_smos)
       .Set("restarts", s.restarts)
+      .Set("held_posts", s.held_posts)
+      .Set("bound_overruns", s.bound_overruns)
       .Set("write_fallbacks", s.write_fallbacks)
       .Set("chain_length_max", s.chain_length_max)
       .Set("chain_length_avg", avg_chain(s.chain_length_sum, s.chains_seen))

@@ -30,6 +30,9 @@ constexpr char kRootKey[] = "root";
 // faster than this thread can follow, or is corrupt: Busy, never a hang.
 constexpr int kMaxAttempts = 1 << 14;
 constexpr int kMaxHops = 1 << 12;
+// Posts one write holds back (restructuring the page each time) before it
+// posts anyway: racing restructures settle in a few rounds (one wins each).
+constexpr int kMaxHeldPosts = 64;
 
 // node_max_bytes: the least allowed, and the default where the store and the
 // limits allow it.
@@ -169,6 +172,13 @@ size_t LargestRecordBytes(const Limits& limits) {
   return SatAdd(SatAdd(limits.max_key_size, limits.max_value_size), kRecordOverhead);
 }
 
+// The most bytes one index entry (two keys) at the limits takes: its fields
+// and LSS piece framing. Saturates.
+size_t IndexEntryBytes(const Limits& limits) {
+  constexpr size_t kIndexOverhead = 48;
+  return SatAdd(SatMul(limits.max_key_size, 2), kIndexOverhead);
+}
+
 // What NodeBytesRoom accounts for, for an error message.
 std::string WhyRoom(const BwTreeOptions& o) {
   return fmt::format(
@@ -197,6 +207,7 @@ struct BwTree::Counters {
   Counter helped_smos, restarts;
   Counter chains_seen, chain_length_sum;
   Counter pages_freed;
+  Counter held_posts, bound_overruns, deferred_restructures;
   std::atomic<uint64_t> chain_length_max{0};
 };
 
@@ -262,6 +273,9 @@ BwTree::Stats BwTree::GetStats() const {
   s.chain_length_sum = c.chain_length_sum.Value();
   s.chain_length_max = c.chain_length_max.load(std::memory_order_relaxed);
   s.pages_freed = c.pages_freed.Value();
+  s.held_posts = c.held_posts.Value();
+  s.bound_overruns = c.bound_overruns.Value();
+  s.deferred_restructures = c.deferred_restructures.Value();
   auto guard = llama_->Enter();
   Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
   if (root.ok() && *root != nullptr) {
@@ -274,7 +288,14 @@ BwTree::Stats BwTree::GetStats() const {
 // ---- Open -----------------------------------------------------------------------
 
 BwTree::BwTree(Llama* llama, BwTreeOptions options)
-    : llama_(llama), options_(std::move(options)), counters_(std::make_unique<Counters>()) {}
+    : llama_(llama),
+      options_(std::move(options)),
+      counters_(std::make_unique<Counters>()),
+      page_bytes_bound_(SatAdd(options_.node_max_bytes, NodeBytesRoom(options_))),
+      node_bytes_max_(std::max(LargestRecordBytes(options_.limits),
+                               IndexEntryBytes(options_.limits))),
+      merge_bytes_max_(std::min(options_.node_max_bytes / 4, NodeBytesRoom(options_))),
+      leaf_chain_hold_(2 * options_.leaf_delta_threshold + 2) {}
 
 BwTree::~BwTree() = default;
 
@@ -302,12 +323,54 @@ Status BwTree::ValidateOptions(const BwTreeOptions& o) {
 }
 
 size_t BwTree::NodeBytesRoom(const BwTreeOptions& o) {
-  // Per index-entry delta (two keys): its fields and LSS piece framing.
-  constexpr size_t kIndexOverhead = 48;
   const size_t leaf = SatMul(SatAdd(o.leaf_delta_threshold, 1), LargestRecordBytes(o.limits));
-  const size_t inner = SatMul(SatAdd(o.inner_delta_threshold, 1),
-                              SatAdd(SatMul(o.limits.max_key_size, 2), kIndexOverhead));
+  const size_t inner = SatMul(SatAdd(o.inner_delta_threshold, 1), IndexEntryBytes(o.limits));
   return std::max(leaf, inner);
+}
+
+BwTree::Hold BwTree::HoldOf(const PageNode* head, size_t bytes) const {
+  // A plain chain (no structure delta) answers from its top node and base.
+  size_t deltas = 0;
+  if (const PageNode* base = PlainBase(head); base != nullptr && PlainDeltas(head, &deltas)) {
+    const size_t kept = std::min<size_t>(deltas, base->user_flags);
+    if (deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
+    if (base->size > options_.node_max_bytes ||
+        BaseView::CountIn(PayloadOf(base)) > options_.leaf_max_records) {
+      return Hold::kSplit;
+    }
+    // Each record delta holds at most one record at the limits.
+    const size_t most = SatAdd(SatAdd(base->size, SatMul(deltas, node_bytes_max_)), bytes);
+    if (most <= page_bytes_bound_) return Hold::kNone;
+    return Admits(head, bytes) ? Hold::kNone : Hold::kBytes;
+  }
+  // Any other chain (a structure delta on it, or nodes LLAMA copied) is
+  // walked: its deltas, and its base's kept ones. Its split limits are left
+  // to the consolidation that folds the structure delta.
+  const PageNode* base = nullptr;
+  deltas = 0;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (n->kind == NodeKind::kBase) base = n;
+    if (n->kind == NodeKind::kDelta) ++deltas;
+  }
+  const size_t kept = base != nullptr ? std::min<size_t>(deltas, base->user_flags) : 0;
+  if (deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
+  return Admits(head, bytes) ? Hold::kNone : Hold::kBytes;
+}
+
+bool BwTree::Admits(const PageNode* head, size_t bytes) const {
+  // Exact, of the nodes in memory (a partial swap's flushed part was within
+  // the bound when it was written), with each merged sibling at the most a
+  // page may hold when it is removed (StartMerge): its state is the page's.
+  size_t total = bytes;
+  for (const PageNode* n = head; n != nullptr; n = n->next) {
+    if (!n->is_data()) continue;
+    total = SatAdd(total, n->size);
+    if (n->kind == NodeKind::kDelta && n->size > 0 &&
+        static_cast<DeltaType>(n->payload()[0]) == DeltaType::kMerge) {
+      total = SatAdd(total, merge_bytes_max_);
+    }
+  }
+  return total <= page_bytes_bound_;
 }
 
 size_t BwTree::NodeBytesLimit(size_t max_record_bytes) {
@@ -764,6 +827,7 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
   // Only the existence- and LSN-checking writes need the key's state; a
   // blind write needs its page (and posts no search hint).
   const bool blind = !if_newer && (kind == WriteKind::kUpsert || kind == WriteKind::kBlindDelete);
+  int held = 0;  // posts this write held back (HoldOf)
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Located loc;
     // A blind write needs only its page: the settled path finds it when it
@@ -784,11 +848,34 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
     }
     d.hint = loc.r.hint;
     PageNode* node = MakeDelta(llama_, d, lsn);
+    // A page that racing writers kept from its consolidation or split, or
+    // that this post would take past its byte bound, is restructured before
+    // it takes more (bwtree.md, "Held posts"). One still held after
+    // kMaxHeldPosts restructures cannot be brought under its bound (deltas
+    // above the flush bound over too few keys to split): the write goes on,
+    // counted.
+    if (const Hold hold = HoldOf(loc.head, node->size); hold != Hold::kNone) {
+      if (held < kMaxHeldPosts) {
+        ++held;
+        llama_->DiscardNode(node);
+        counters_->held_posts.Add();
+        RETURN_IF_ERROR(RestructureHeld(loc.pid, loc.head, hold));
+        continue;
+      }
+      counters_->bound_overruns.Add();
+    }
     node->user_flags = PlainFlagsOver(loc.head);
     if (llama_->UpdateD(loc.pid, loc.head, node)) {
       if (applied != nullptr) *applied = true;
       if (ChainLength(node) > options_.leaf_delta_threshold) {
-        RETURN_IF_ERROR(MaybeRestructure(loc.pid, 0));
+        // The write is applied, so it succeeds whatever befalls this help:
+        // an error here is left to the next writer, whose hold restructures
+        // the page again before it posts.
+        Status s = MaybeRestructure(loc.pid, 0);
+        if (!s.ok()) {
+          s.PermitUncheckedError();
+          counters_->deferred_restructures.Add();
+        }
       }
       return Status::OK();
     }
@@ -826,6 +913,15 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
     return SplitNode(pid, level);
   }
   return Status::OK();
+}
+
+Status BwTree::RestructureHeld(PageId pid, const PageNode* head, Hold hold) {
+  // A page over its split limits is split as it is, and a lone base over
+  // the byte bound only sized: consolidating either again would only make a
+  // racing split fail.
+  if (hold == Hold::kSplit) return SplitNode(pid, 0);
+  if (hold == Hold::kBytes && DeltaCount(head) == 0) return SizeLeaf(pid, /*allow_merge=*/false);
+  return MaybeRestructure(pid, 0);
 }
 
 Result<const PageNode*> BwTree::ReadToSize(PageId pid) {
@@ -1068,7 +1164,9 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     at = n;
     return Status::OK();
   };
-  Status s = put(MakeNode(llama_, NodeKind::kBase, right_base, right_tag));
+  PageNode* right_base_node = MakeNode(llama_, NodeKind::kBase, right_base, right_tag);
+  right_base_node->user_flags = KeptFlags(right_deltas.size());  // as a consolidation's
+  Status s = put(right_base_node);
   for (auto it = right_deltas.rbegin(); s.ok() && it != right_deltas.rend(); ++it) {
     s = put(MakeNode(llama_, NodeKind::kDelta, it->payload, it->tag));
   }
@@ -1153,7 +1251,8 @@ Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
   return false;
 }
 
-const PageNode* BwTree::PostRoute(const Route& route, DeltaType type, Slice low, PageId child) {
+Result<const PageNode*> BwTree::PostRoute(const Route& route, uint32_t level, DeltaType type,
+                                          Slice low, PageId child) {
   DeltaView d;
   d.type = type;
   d.key = low;
@@ -1161,6 +1260,14 @@ const PageNode* BwTree::PostRoute(const Route& route, DeltaType type, Slice low,
   d.next_infinite = route.c.next_infinite;
   d.next = route.c.next;
   PageNode* node = MakeDelta(llama_, d, 0);
+  if (!Admits(route.head, node->size)) {
+    // As a leaf write: an inner page's consolidation folds every delta, so
+    // the page always comes back under its bound.
+    llama_->DiscardNode(node);
+    counters_->held_posts.Add();
+    RETURN_IF_ERROR(MaybeRestructure(route.pid, level));
+    return static_cast<const PageNode*>(nullptr);
+  }
   if (llama_->UpdateD(route.pid, route.head, node)) {
     counters_->index_posts.Add();
     return node;
@@ -1177,9 +1284,9 @@ Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
     if (!found) continue;
     if (route.c.child != from) return Status::OK();
     // The caller settles the new route.
-    if (PostRoute(route, DeltaType::kIndexTermDelete, route.c.low, to) != nullptr) {
-      return Status::OK();
-    }
+    ASSIGN_OR_RETURN(const PageNode* posted,
+                     PostRoute(route, level, DeltaType::kIndexTermDelete, route.c.low, to));
+    if (posted != nullptr) return Status::OK();
   }
   return Status::Busy("bw-tree: reroute did not settle");
 }
@@ -1217,7 +1324,8 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
           to.redirect_kind == RedirectKind::kMerge) {
         return Status::OK();
       }
-      const PageNode* node = PostRoute(route, DeltaType::kIndexEntry, key, right);
+      ASSIGN_OR_RETURN(const PageNode* node,
+                       PostRoute(route, parent_level, DeltaType::kIndexEntry, key, right));
       if (node == nullptr) continue;
       RETURN_IF_ERROR(SettleRoute(parent_level, key, right, left));
       if (DeltaCount(node) > options_.inner_delta_threshold) {
@@ -1296,6 +1404,9 @@ Status BwTree::StartMerge(PageId pid) {
   if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
   const PageNode* head = *read;
   if (head == nullptr || HasStructureDelta(head)) return Status::OK();
+  // A page small in records may be large in bytes: it merges only when its
+  // left neighbour can take it within the page byte bound (CompleteMerge).
+  if (DataBytes(head) > merge_bytes_max_) return Status::OK();
   // Leaves merge only under an inner level (the index-term deletes need one).
   Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
   if (!root.ok() || *root == nullptr) return root.ok() ? Status::OK() : root.status();
@@ -1441,6 +1552,15 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out) {
     if (found == LeftOutcome::kDone) return Status::OK();
     if (found == LeftOutcome::kRetry) continue;
     if (!merged_in) {
+      // The left page takes this one's state whole: within the page byte
+      // bound, or after the left page is restructured (consolidated, and
+      // split when over node_max_bytes, which a page too full to take a
+      // removed page of at most merge_bytes_max_ is).
+      if (!Admits(left_head, merge_bytes_max_)) {
+        counters_->held_posts.Add();
+        RETURN_IF_ERROR(RestructureHeld(left, left_head, Hold::kBytes));
+        continue;
+      }
       DeltaView d;
       d.type = DeltaType::kMerge;
       d.key = low;
@@ -1464,9 +1584,9 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out) {
       if (c.child == removed) {
         // Find the range again either way: the next pass sees its new child.
         const std::string range_low = c.low.ToString();
-        if (PostRoute(route, DeltaType::kIndexTermDelete, c.low, left) != nullptr) {
-          RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
-        }
+        ASSIGN_OR_RETURN(const PageNode* posted,
+                         PostRoute(route, 1, DeltaType::kIndexTermDelete, c.low, left));
+        if (posted != nullptr) RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
         continue;
       }
       // Past the removed page's range, a route to it can only continue the

@@ -259,6 +259,12 @@ class BwTree {
     // Leaf chain lengths seen by point operations (sampled 1 in 16).
     uint64_t chains_seen = 0, chain_length_sum = 0, chain_length_max = 0;
     uint64_t pages_freed = 0;
+    // Held posts (bwtree.md): posts held back to restructure a page first
+    // (its consolidation or split lost to racing writers, or its byte bound
+    // reached); posts made past the bound (a page that could not be brought
+    // under it); and restructures after a write's post that failed with an
+    // error, left to the next writer (the write itself succeeded).
+    uint64_t held_posts = 0, bound_overruns = 0, deferred_restructures = 0;
     uint32_t height = 0;                  // levels, the leaves included
   };
   Stats GetStats() const;
@@ -276,6 +282,12 @@ class BwTree {
   struct Located;
   struct Route;
   enum class LeftOutcome;
+  // Why a leaf write holds its post (bwtree.md, "Held posts"): kNone, it
+  // posts; kConsolidate, leaf_chain_hold_ deltas arrived since the last
+  // consolidation; kSplit, the base is over the split limits and no split
+  // delta is on it; kBytes, the post would take the page past
+  // page_bytes_bound_.
+  enum class Hold { kNone, kConsolidate, kSplit, kBytes };
   BwTree(llama::Llama* llama, BwTreeOptions options);
   Status Bootstrap();
 
@@ -314,6 +326,9 @@ class BwTree {
   // Structure changes. Each returns OK when it gave up because the page
   // changed under it (counted as a failure); errors are real errors.
   Status MaybeRestructure(PageId pid, uint32_t level);
+  // A leaf whose post was held (its chain `head`, the reason `hold`): split,
+  // or consolidated and sized, or only sized when `head` is a lone base.
+  Status RestructureHeld(PageId pid, const llama::PageNode* head, Hold hold);
   // A leaf just consolidated: split it if it outgrew its limits, or, with
   // allow_merge, merge it into its left neighbour if it is small enough.
   Status SizeLeaf(PageId pid, bool allow_merge);
@@ -325,6 +340,10 @@ class BwTree {
   // *entries: how many entries it holds.
   Status ConsolidateInner(PageId pid, const llama::PageNode* head,
                           const llama::PageNode** installed, size_t* entries);
+  // Whether a page whose chain is `head` may take a delta of `bytes` payload
+  // bytes: its data bytes stay within page_bytes_bound_.
+  bool Admits(const llama::PageNode* head, size_t bytes) const;
+  Hold HoldOf(const llama::PageNode* head, size_t bytes) const;
   // Installs a consolidated `chain` over `head` by Update-R, counting the
   // outcome; a lost race discards the chain. True when installed.
   bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);
@@ -344,8 +363,11 @@ class BwTree {
   // descent met a stale state (the caller tries again).
   Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
   // Posts an index-entry or index-term-delete delta [low, route's next) ->
-  // child over the route's state; the installed node, or null if it raced.
-  const llama::PageNode* PostRoute(const Route& route, DeltaType type, Slice low, PageId child);
+  // child over the route's state (a page at `level`); the installed node, or
+  // null if it raced or the page was at its byte bound (then restructured
+  // first). Errors are the restructure's.
+  Result<const llama::PageNode*> PostRoute(const Route& route, uint32_t level, DeltaType type,
+                                           Slice low, PageId child);
   // Hands the range routing `key` at `level` from child `from` to `to`.
   Status Reroute(uint32_t level, Slice key, PageId from, PageId to);
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
@@ -375,6 +397,21 @@ class BwTree {
   // Relaxed counters: statistics only.
   struct Counters;
   std::unique_ptr<Counters> counters_;
+  // node_max_bytes + NodeBytesRoom: the data bytes no post may take a page
+  // past (Admits), so that a split's record always holds the page.
+  const size_t page_bytes_bound_;
+  // The most data bytes one node above a base holds (a record or an index
+  // entry at the limits).
+  const size_t node_bytes_max_;
+  // The most data bytes a leaf may hold to be merged into its left
+  // neighbour: a quarter of node_max_bytes, and at most NodeBytesRoom, so
+  // that a left page at node_max_bytes takes it within page_bytes_bound_.
+  const size_t merge_bytes_max_;
+  // Deltas posted to a leaf since its last consolidation at which writers
+  // consolidate it before posting: 2 * leaf_delta_threshold + 2, past where
+  // one writer's own consolidation would have run (threshold + 1), so that
+  // only consolidations lost to racing writers bring it about.
+  const size_t leaf_chain_hold_;
 };
 
 }  // namespace deuteron::bwtree

@@ -154,6 +154,10 @@ Result<BaseView> BaseView::Parse(Slice payload) {
   return v;
 }
 
+size_t BaseView::CountIn(Slice payload) {
+  return payload.size() < kBaseFixedHeaderSize ? 0 : Fixed32(payload.data() + 4);
+}
+
 Status BaseView::Init(Slice payload) {
   if (payload.size() < kBaseFixedHeaderSize) return Bad("base shorter than its header");
   const char* d = payload.data();

@@ -106,6 +106,9 @@ class BaseView {
   // Parse() into this view (the hot paths' form: no Result to copy). On an
   // error the view is left unusable.
   Status Init(Slice payload);
+  // The entry count in a base payload's header, unchecked, or 0 for a
+  // payload shorter than the header (a write's hold test reads only this).
+  static size_t CountIn(Slice payload);
 
   const BaseHeader& header() const { return header_; }
   NodeType type() const { return header_.type; }

@@ -815,6 +815,7 @@ Result<PageNode*> ConsolidateChain(llama::Llama* llama, const PageNode* head, ui
     return BuildChain(llama, *stats);
   }
   *stats = std::move(*page);
+  base->user_flags = KeptFlags(stats->deltas.size());
   PageNode* chain = base;
   size_t below = 0;
   for (auto it = stats->deltas.rbegin(); it != stats->deltas.rend(); ++it) {
@@ -830,6 +831,7 @@ Result<PageNode*> ConsolidateChain(llama::Llama* llama, const PageNode* head, ui
 PageNode* BuildChain(llama::Llama* llama, const ConsolidatedPage& page) {
   PageNode* chain = llama->NewNode(NodeKind::kBase, page.base.size(), page.base_tag);
   std::memcpy(chain->payload(), page.base.data(), page.base.size());
+  chain->user_flags = KeptFlags(page.deltas.size());
   size_t below = 0;
   for (auto it = page.deltas.rbegin(); it != page.deltas.rend(); ++it) {
     PageNode* d = llama->NewNode(NodeKind::kDelta, it->payload.size(), it->tag);

@@ -119,6 +119,15 @@ inline bool PlainDeltas(const llama::PageNode* head, size_t* deltas) {
   return false;
 }
 
+// A consolidation's base carries in its user_flags the number of deltas it
+// kept above itself (above the flush bound), saturating: a writer then tells
+// the deltas posted since the consolidation (the chain's deltas less these)
+// from those that no consolidation can fold yet. Bases of copies and loads
+// have 0, which counts every delta above them as new.
+inline uint16_t KeptFlags(size_t kept) {
+  return static_cast<uint16_t>(std::min<size_t>(kept, 0xffff));
+}
+
 // The user_flags for a record delta about to be prepended to `expected`.
 inline uint16_t PlainFlagsOver(const llama::PageNode* expected) {
   const llama::PageNode* base = PlainBase(expected);

@@ -460,5 +460,90 @@ TEST_CASE("Threads writing the same keys leave the last write of each (long)",
   RunOverlapping(seed, 4, 3000, 10, 20000);
 }
 
+
+// ---------------------------------------------------------------------------
+// Threads racing on one leaf with large values
+
+// Every thread upserts values of up to 4000 bytes over its own few keys, all
+// in one or two leaves, with 64 KiB LSS buffers: each consolidation of the
+// contended leaf is long and loses its Update-R to another thread's post
+// (bwtree.md, "The page byte bound"). Before the bound, most runs of two
+// threads ended with a page a split's record could not hold: thousands of
+// writes failed TooLarge and the page never split again. Every write must
+// succeed, and the tree must then hold each key's last write, check, flush
+// and reopen.
+void RunLargeRacing(uint64_t seed, int threads, int writes) {
+  INFO("seed " << seed << ", " << threads << " threads, " << writes << " writes each");
+  auto env = NewMemEnv();
+  auto l = OpenLlama(env.get(), TreeLlamaOptions());
+  BwTreeOptions o;
+  o.limits.max_key_size = 16;
+  o.limits.max_value_size = 4000;
+  auto tree = OpenTree(l.get(), o);
+  constexpr uint64_t kKeys = 60;
+  std::atomic<uint64_t> lsn{0};
+  std::vector<std::string> failures(static_cast<size_t>(threads));
+  std::vector<Model> models(static_cast<size_t>(threads));
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&, t] {
+      const auto ut = static_cast<uint64_t>(t);
+      Random64 rnd(seed + 7919 * ut);
+      for (int i = 0; i < writes && failures[ut].empty(); ++i) {
+        // Thread t owns the keys equal to t modulo `threads`.
+        const uint64_t k = rnd.Uniform(kKeys / static_cast<uint64_t>(threads)) *
+                               static_cast<uint64_t>(threads) + ut;
+        const size_t size = rnd.OneIn(2) ? 4000 : rnd.Uniform(200);
+        const std::string key = SpaceKey(k);
+        const std::string value(size, static_cast<char>('a' + (i + t) % 26));
+        const uint64_t at = lsn.fetch_add(1) + 1;
+        Status st = tree->Upsert(key, value, at);
+        if (!st.ok()) {
+          failures[ut] = "thread " + std::to_string(t) + " write " + std::to_string(i) + ": " +
+                         st.ToString();
+          break;
+        }
+        models[ut].Apply(WriteKind::kUpsert, key, value, at);
+      }
+    });
+  }
+  for (auto& r : running) r.join();
+  std::string failed;
+  for (const std::string& f : failures) failed += f;
+  const BwTree::Stats s = tree->GetStats();
+  INFO("held posts " << s.held_posts << ", overruns " << s.bound_overruns << ", splits "
+                     << s.splits << ", failed consolidations " << s.failed_consolidations
+                     << ", longest chain seen " << s.chain_length_max);
+  INFO(failed);
+  REQUIRE(failed.empty());
+  CHECK(s.bound_overruns == 0);
+  CHECK(s.deferred_restructures == 0);
+  CHECK(s.splits > 0);
+  Model all;
+  for (const Model& m : models) {
+    for (const auto& [key, r] : m.records()) all.mutable_records()[key] = r;
+  }
+  const std::string diff = CompareAll(tree.get(), all, 0);
+  INFO(diff);
+  REQUIRE(diff.empty());
+  RequireCheck(tree.get());
+  REQUIRE(tree->FlushAll(test::kAll).ok());
+}
+
+TEST_CASE("Threads racing on one leaf with large values never fail a write",
+          "[dc][bwtree][model]") {
+  const uint64_t seed = TestSeed();
+  SECTION("2 threads") { RunLargeRacing(seed, 2, 6000); }
+  SECTION("4 threads") { RunLargeRacing(seed, 4, 3000); }
+}
+
+TEST_CASE("Threads racing on one leaf with large values never fail a write (long)",
+          "[dc][bwtree][model][.]") {
+  const uint64_t seed = TestSeed();
+  for (int threads : {2, 4, 8, 16}) {
+    RunLargeRacing(seed + static_cast<uint64_t>(threads), threads, 160000 / threads);
+  }
+}
+
 }  // namespace
 }  // namespace deuteron::bwtree

@@ -953,6 +953,57 @@ TEST_CASE("Large values split nodes by bytes", "[dc][bwtree]") {
   RunLargeValues(862663123613183628ull);
 }
 
+// Writers racing on one leaf can beat every consolidation of it: each
+// Update-R loses to the next post. Before held posts, the chain grew
+// meanwhile: with large values the consolidation that finally landed left a
+// page a split's record could not hold, and from then on every split of it
+// failed TooLarge; with small ones chains of thousands of deltas made every
+// consolidation slower still (bwtree.md, "Held posts"). Here every Update-R
+// but one in `kLose + 1` loses, as it would to racing writers,
+// deterministically: writes must be held until a restructure lands, never
+// fail, keep chains short, and leave a tree that splits, checks, flushes and
+// reopens.
+TEST_CASE("Writers whose consolidations keep losing hold a page to its byte bound",
+          "[dc][bwtree]") {
+  const uint64_t seed = TestSeed();
+  const bool large = GENERATE(true, false);
+  INFO("seed " << seed << (large ? ", large values" : ", small values"));
+  Random64 rnd(seed);
+  BwTreeOptions o;
+  o.limits.max_key_size = 16;
+  o.limits.max_value_size = 4000;
+  Fixture f(PurgeAll(o));
+  BwTree* t = f.tree.get();
+  constexpr uint64_t kLose = 30;
+  std::atomic<uint64_t> update_rs{0};
+  f.llama->TEST_SetUpdateRFault(
+      [&](PageId) { return update_rs.fetch_add(1, std::memory_order_relaxed) % (kLose + 1) != kLose; });
+  Model m;
+  uint64_t lsn = 0;
+  for (int i = 0; i < 3000; ++i) {
+    const size_t size = !large ? 8 : rnd.OneIn(2) ? 4000 : rnd.Uniform(200);
+    const std::string value(size, static_cast<char>('a' + i % 26));
+    Write(t, &m, WriteKind::kUpsert, Key(rnd.Uniform(large ? 60 : 2000)), value, ++lsn);
+  }
+  f.llama->TEST_SetUpdateRFault(nullptr);
+  const BwTree::Stats s = t->GetStats();
+  INFO("held posts " << s.held_posts << " overruns " << s.bound_overruns << " splits " << s.splits
+                     << " failed consolidations " << s.failed_consolidations
+                     << " longest chain seen " << s.chain_length_max);
+  CHECK(s.held_posts > 0);
+  CHECK(s.bound_overruns == 0);
+  CHECK(s.deferred_restructures == 0);
+  CHECK(s.splits > 0);
+  // Writers hold at 2 * leaf_delta_threshold + 2 deltas (none is kept: no
+  // flush bound), so no chain grows longer.
+  CHECK(s.chain_length_max <= 2 * o.leaf_delta_threshold + 2);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+  f.Reopen();
+  RequireSame(f.tree.get(), m, kAll);
+  RequireCheck(f.tree.get());
+}
+
 // Reads consolidate a leaf holding leaf_read_delta_threshold record deltas
 // foldable under the ESL, and only those: deltas the ESL holds back do not
 // count, so reads do not repeat useless consolidations.

@@ -344,33 +344,37 @@ BwTree::Hold BwTree::HoldOf(const PageNode* head, size_t bytes) const {
     return Admits(head, bytes) ? Hold::kNone : Hold::kBytes;
   }
   // Any other chain (a structure delta on it, or nodes LLAMA copied) is
-  // walked: its deltas, and its base's kept ones. Its split limits are left
-  // to the consolidation that folds the structure delta.
-  const PageNode* base = nullptr;
-  deltas = 0;
+  // walked once: its deltas, its base's kept ones, and its bytes. Its split
+  // limits are left to the consolidation that folds the structure delta.
+  const ChainTally t = Tally(head);
+  const size_t kept = t.base != nullptr ? std::min<size_t>(t.deltas, t.base->user_flags) : 0;
+  if (t.deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
+  return SatAdd(t.bytes, bytes) <= page_bytes_bound_ ? Hold::kNone : Hold::kBytes;
+}
+
+BwTree::ChainTally BwTree::Tally(const PageNode* head) const {
+  // Bytes exact of the nodes in memory (a partial swap's flushed part was
+  // within the bound when it was written), with each merged sibling at the
+  // most a page may hold when it is removed (StartMerge): its state is the
+  // page's.
+  ChainTally t;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->kind == NodeKind::kBase) base = n;
-    if (n->kind == NodeKind::kDelta) ++deltas;
+    if (!n->is_data()) continue;
+    t.bytes = SatAdd(t.bytes, n->size);
+    if (n->kind == NodeKind::kBase) {
+      t.base = n;
+      continue;
+    }
+    ++t.deltas;
+    if (n->size > 0 && static_cast<DeltaType>(n->payload()[0]) == DeltaType::kMerge) {
+      t.bytes = SatAdd(t.bytes, merge_bytes_max_);
+    }
   }
-  const size_t kept = base != nullptr ? std::min<size_t>(deltas, base->user_flags) : 0;
-  if (deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
-  return Admits(head, bytes) ? Hold::kNone : Hold::kBytes;
+  return t;
 }
 
 bool BwTree::Admits(const PageNode* head, size_t bytes) const {
-  // Exact, of the nodes in memory (a partial swap's flushed part was within
-  // the bound when it was written), with each merged sibling at the most a
-  // page may hold when it is removed (StartMerge): its state is the page's.
-  size_t total = bytes;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (!n->is_data()) continue;
-    total = SatAdd(total, n->size);
-    if (n->kind == NodeKind::kDelta && n->size > 0 &&
-        static_cast<DeltaType>(n->payload()[0]) == DeltaType::kMerge) {
-      total = SatAdd(total, merge_bytes_max_);
-    }
-  }
-  return total <= page_bytes_bound_;
+  return SatAdd(Tally(head).bytes, bytes) <= page_bytes_bound_;
 }
 
 size_t BwTree::NodeBytesLimit(size_t max_record_bytes) {

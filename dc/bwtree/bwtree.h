@@ -340,6 +340,14 @@ class BwTree {
   // *entries: how many entries it holds.
   Status ConsolidateInner(PageId pid, const llama::PageNode* head,
                           const llama::PageNode** installed, size_t* entries);
+  // A chain walked once: its base (null past a partial swap), its deltas,
+  // and its data bytes with merged siblings counted (Admits).
+  struct ChainTally {
+    const llama::PageNode* base = nullptr;
+    size_t deltas = 0;
+    size_t bytes = 0;
+  };
+  ChainTally Tally(const llama::PageNode* head) const;
   // Whether a page whose chain is `head` may take a delta of `bytes` payload
   // bytes: its data bytes stay within page_bytes_bound_.
   bool Admits(const llama::PageNode* head, size_t bytes) const;

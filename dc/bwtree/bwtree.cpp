@@ -1425,6 +1425,7 @@ Status BwTree::StartMerge(PageId pid) {
   PageId left = 0;
   RETURN_IF_ERROR(CompleteMerge(pid, &left));
   if (left == 0) return Status::OK();
+  if (merge_hook_for_test_) merge_hook_for_test_(pid, left);
   // The merge's last step: the left page's consolidation folds this page in
   // and frees it (one system transaction). Left to the left page's writes,
   // it might never come: a load that deletes keys in ascending order

@@ -273,6 +273,16 @@ class BwTree {
   const BwTreeOptions& options() const { return options_; }
   PageId root() const { return root_.load(std::memory_order_acquire); }
 
+  // Test hook: a merge calls it with (removed, left) once the remove-node,
+  // the merge delta and the index-term deletes are posted and before the
+  // left page's consolidation folds the removed page in, so a test can act
+  // in that window (a concurrent write and flush of the left page).
+  // nullptr turns it off. REQUIRES: no other thread uses the tree while the
+  // hook is set or cleared.
+  void TEST_SetMergeHook(std::function<void(PageId removed, PageId left)> hook) {
+    merge_hook_for_test_ = std::move(hook);
+  }
+
   ~BwTree();
 
  private:
@@ -420,6 +430,7 @@ class BwTree {
   // one writer's own consolidation would have run (threshold + 1), so that
   // only consolidations lost to racing writers bring it about.
   const size_t leaf_chain_hold_;
+  std::function<void(PageId, PageId)> merge_hook_for_test_;  // TEST_SetMergeHook
 };
 
 }  // namespace deuteron::bwtree

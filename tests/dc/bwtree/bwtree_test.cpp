@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1398,8 +1399,8 @@ TEST_CASE("Every merge step a crash can leave alone is completed or read through
 // single thread never flushes L between its merge delta and that
 // consolidation, so the test no longer fails with the remove-node posted by
 // a plain Update-D (checked 2026-11-22): only a concurrent flush meets that
-// window. It still requires Get and scans to agree after any torn flush of
-// a merged pair.
+// window, which the next test drives. This one still requires Get and scans
+// to agree after any torn flush of a merged pair.
 TEST_CASE("A torn flush keeps a merge's left page only with the merged page's remove-node",
           "[dc][bwtree][crash]") {
   const std::vector<std::string> keys = {"a1", "b1", "b2", "b3", "b4", "b5", "b6", "b9", "c1"};
@@ -1467,6 +1468,74 @@ TEST_CASE("A torn flush keeps a merge's left page only with the merged page's re
   INFO("merges " << merges << ", torn flushes " << torn);
   CHECK(merges == 16);  // one per run
   CHECK(torn > 0);
+}
+
+// The window the test above no longer reaches: between a merge's delta on
+// the left page and that page's consolidation (which folds the removed page
+// in and frees it), another thread writes to the merged range (the write
+// lands on the left page, above its merge delta) and flushes the left page
+// stably, and the process then crashes before anything else is synced.
+// Recovery must keep the removed page's remove-node with that flush, or the
+// parent, whose index-term delete was lost, routes the merged range back to
+// a live removed page: Get misses the write that a scan (through the left
+// page's merge delta) returns. It failed that way ("b9": Get NotFound, the
+// scan found it) with the remove-node posted by a plain Update-D instead of
+// a system transaction (checked 2026-11-23). The tree must hold exactly what
+// was stable: the removed page's records up to the merge, which its
+// remove-node's transaction carried, and the write flushed in the window.
+TEST_CASE("A concurrent flush between a merge delta and its consolidation keeps the remove-node",
+          "[dc][bwtree][crash]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  const LlamaOptions lo = TreeLlamaOptions();
+  int windows = 0;
+  {
+    // 2 L [-inf, b), 3 R [b, c), 4 S [c, +inf), 5 root
+    HandBuilt b(5, &env, lo);
+    b.Page(2, HandLeaf("", "b", 3, {"a1"}));
+    b.Page(3, HandLeaf("b", "c", 4, {"b1"}));
+    b.Page(4, HandLeaf("c", "", 0, {"c1"}));
+    b.Page(5, HandRoot({{"", 2}, {"b", 3}, {"c", 4}}));
+    BwTree* t = b.Open();
+    REQUIRE(t->FlushAll(kAll).ok());  // the built pages are stable
+    Status window = Status::OK();
+    t->TEST_SetMergeHook([&](PageId removed, PageId left) {
+      ++windows;
+      // Another thread: the merging one holds its epoch guard and is in the
+      // middle of its restructuring.
+      std::thread other([&] {
+        window = t->Upsert("b9", "w", 20);
+        if (!window.ok()) return;
+        Result<llama::FlushResult> flushed = b.llama->Flush(left, kAll, kAll);
+        window = flushed.status();
+        if (window.ok()) window = b.llama->MakeStable(flushed->end);
+      });
+      other.join();
+      CHECK(removed == 3);
+      CHECK(left == 2);
+    });
+    // Writes to R consolidate it; it is small, so it merges into L.
+    for (uint64_t i = 2; i <= 6; ++i) {
+      REQUIRE(t->Upsert("b" + std::to_string(i), "w", 10 + i).ok());
+    }
+    t->TEST_SetMergeHook(nullptr);
+    INFO("the window's write and flush: " << window.ToString());
+    REQUIRE(window.ok());
+    REQUIRE(windows == 1);
+    CHECK(t->GetStats().merges == 1);
+    b.llama->TEST_SkipCloseOnDestroy();
+    REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  }
+  auto l = OpenLlama(&env, lo);
+  auto t = OpenTree(l.get(), PurgeAll(TestOptions()));
+  Model m;
+  for (const char* k : {"a1", "b1", "c1"}) m.Apply(WriteKind::kUpsert, k, std::string("v") + k, 1);
+  for (uint64_t i = 2; i <= 6; ++i) {
+    m.Apply(WriteKind::kUpsert, "b" + std::to_string(i), "w", 10 + i);
+  }
+  m.Apply(WriteKind::kUpsert, "b9", "w", 20);
+  RequireSame(t.get(), m, kAll);  // Get of every key, and scans both ways
+  RequireCheck(t.get());
 }
 
 }  // namespace

@@ -1386,6 +1386,19 @@ TEST_CASE("Every merge step a crash can leave alone is completed or read through
   CHECK(t->GetStats().pages_freed == (merging ? 1u : 0u));
 }
 
+// Pages 2 L [-inf, b) {a1}, 3 R [b, c) {b1}, 4 S [c, +inf) {c1} under the
+// root 5, all flushed stably; the tree opened on them. Writes b2..b6 then
+// consolidate R, which is small, so it merges into L.
+BwTree* OpenMergePair(HandBuilt* b) {
+  b->Page(2, HandLeaf("", "b", 3, {"a1"}));
+  b->Page(3, HandLeaf("b", "c", 4, {"b1"}));
+  b->Page(4, HandLeaf("c", "", 0, {"c1"}));
+  b->Page(5, HandRoot({{"", 2}, {"b", 3}, {"c", 4}}));
+  BwTree* t = b->Open();
+  REQUIRE(t->FlushAll(kAll).ok());
+  return t;
+}
+
 // A merge's remove-node commits as a system transaction, so its record is in
 // the LSS before the merge delta on the left page and before the writes that
 // page takes for the merged range. A flush torn at any write therefore keeps
@@ -1412,16 +1425,10 @@ TEST_CASE("A torn flush keeps a merge's left page only with the merged page's re
       FaultInjectionEnv env(mem.get(), seed);
       const LlamaOptions lo = TreeLlamaOptions();
       {
-        // 2 L [-inf, b), 3 R [b, c), 4 S [c, +inf), 5 root: flushed last, so
-        // its index-term delete can be lost with R's record, and R's range
-        // still be routed to R
+        // The root, flushed last, so its index-term delete can be lost with
+        // R's record, and R's range still be routed to R.
         HandBuilt b(5, &env, lo);
-        b.Page(2, HandLeaf("", "b", 3, {"a1"}));
-        b.Page(3, HandLeaf("b", "c", 4, {"b1"}));
-        b.Page(4, HandLeaf("c", "", 0, {"c1"}));
-        b.Page(5, HandRoot({{"", 2}, {"b", 3}, {"c", 4}}));
-        BwTree* t = b.Open();
-        REQUIRE(t->FlushAll(kAll).ok());  // the built pages are stable
+        BwTree* t = OpenMergePair(&b);
         // Writes to R consolidate it; it is small, so it merges into L. The
         // next write to R's range goes on L, through the merge delta.
         for (uint64_t i = 2; i <= 6; ++i) {
@@ -1490,14 +1497,8 @@ TEST_CASE("A concurrent flush between a merge delta and its consolidation keeps 
   const LlamaOptions lo = TreeLlamaOptions();
   int windows = 0;
   {
-    // 2 L [-inf, b), 3 R [b, c), 4 S [c, +inf), 5 root
     HandBuilt b(5, &env, lo);
-    b.Page(2, HandLeaf("", "b", 3, {"a1"}));
-    b.Page(3, HandLeaf("b", "c", 4, {"b1"}));
-    b.Page(4, HandLeaf("c", "", 0, {"c1"}));
-    b.Page(5, HandRoot({{"", 2}, {"b", 3}, {"c", 4}}));
-    BwTree* t = b.Open();
-    REQUIRE(t->FlushAll(kAll).ok());  // the built pages are stable
+    BwTree* t = OpenMergePair(&b);
     Status window = Status::OK();
     t->TEST_SetMergeHook([&](PageId removed, PageId left) {
       ++windows;

@@ -11,8 +11,8 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 

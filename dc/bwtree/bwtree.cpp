@@ -332,8 +332,7 @@ BwTree::Hold BwTree::HoldOf(const PageNode* head, size_t bytes) const {
   // A plain chain (no structure delta) answers from its top node and base.
   size_t deltas = 0;
   if (const PageNode* base = PlainBase(head); base != nullptr && PlainDeltas(head, &deltas)) {
-    const size_t kept = std::min<size_t>(deltas, base->user_flags);
-    if (deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
+    if (FreshDeltas(deltas, base) >= leaf_chain_hold_) return Hold::kConsolidate;
     if (base->size > options_.node_max_bytes ||
         BaseView::CountIn(PayloadOf(base)) > options_.leaf_max_records) {
       return Hold::kSplit;
@@ -347,8 +346,7 @@ BwTree::Hold BwTree::HoldOf(const PageNode* head, size_t bytes) const {
   // walked once: its deltas, its base's kept ones, and its bytes. Its split
   // limits are left to the consolidation that folds the structure delta.
   const ChainTally t = Tally(head);
-  const size_t kept = t.base != nullptr ? std::min<size_t>(t.deltas, t.base->user_flags) : 0;
-  if (t.deltas - kept >= leaf_chain_hold_) return Hold::kConsolidate;
+  if (FreshDeltas(t.deltas, t.base) >= leaf_chain_hold_) return Hold::kConsolidate;
   return SatAdd(t.bytes, bytes) <= page_bytes_bound_ ? Hold::kNone : Hold::kBytes;
 }
 

@@ -128,6 +128,12 @@ inline uint16_t KeptFlags(size_t kept) {
   return static_cast<uint16_t>(std::min<size_t>(kept, 0xffff));
 }
 
+// Of a chain's `deltas` over `base` (null: not known), those posted since
+// its consolidation: less the ones the base's KeptFlags say it kept.
+inline size_t FreshDeltas(size_t deltas, const llama::PageNode* base) {
+  return deltas - (base != nullptr ? std::min<size_t>(deltas, base->user_flags) : 0);
+}
+
 // The user_flags for a record delta about to be prepended to `expected`.
 inline uint16_t PlainFlagsOver(const llama::PageNode* expected) {
   const llama::PageNode* base = PlainBase(expected);

@@ -74,6 +74,66 @@ void PutSlot(char* slots, size_t i, Slice key, size_t offset) {
 
 Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree node: ") + what); }
 
+// A varint from [p, end): one byte inline (every length and most LSN bytes
+// of a small record), longer ones through common/coding. Null when
+// truncated or malformed. REQUIRES: p <= end.
+inline const char* Varint32At(const char* p, const char* end, uint32_t* v) {
+  if (p < end && static_cast<uint8_t>(*p) < 0x80) {
+    *v = static_cast<uint8_t>(*p);
+    return p + 1;
+  }
+  return GetVarint32Ptr(p, end, v);
+}
+
+inline const char* Varint64At(const char* p, const char* end, uint64_t* v) {
+  if (p < end && static_cast<uint8_t>(*p) < 0x80) {
+    *v = static_cast<uint8_t>(*p);
+    return p + 1;
+  }
+  return GetVarint64Ptr(p, end, v);
+}
+
+// A leaf entry: 1 byte flags, varint32 key length, key, varint32 value
+// length, value, varint64 LSN (node_format.md). The flags come first so that
+// a consolidation copying entries as bytes reads them at the entry's start.
+size_t LeafEntrySize(const LeafRecord& r) {
+  return 1 + VarintLength(r.key.size()) + r.key.size() + VarintLength(r.value.size()) +
+         r.value.size() + VarintLength(r.lsn);
+}
+
+char* PutLeafEntry(char* p, const LeafRecord& r) {
+  *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+  p = EncodeVarint32(p, static_cast<uint32_t>(r.key.size()));
+  if (!r.key.empty()) std::memcpy(p, r.key.data(), r.key.size());
+  p = EncodeVarint32(p + r.key.size(), static_cast<uint32_t>(r.value.size()));
+  if (!r.value.empty()) std::memcpy(p, r.value.data(), r.value.size());
+  return EncodeVarint64(p + r.value.size(), r.lsn);
+}
+
+// Decodes the leaf record at *p, reading nothing at or past `end`; *p moves
+// past it. Shared by RecordAt, AppendRecords and the purge in AddRun.
+Status DecodeLeafRecord(const char** p, const char* end, LeafRecord* r) {
+  const char* q = *p;
+  if (q >= end) return Bad("leaf record truncated");
+  const auto flags = static_cast<uint8_t>(*q++);
+  if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
+  uint32_t klen = 0, vlen = 0;
+  q = Varint32At(q, end, &klen);
+  if (q == nullptr || static_cast<size_t>(end - q) < klen) return Bad("leaf record key truncated");
+  r->key = Slice(q, klen);
+  q = Varint32At(q + klen, end, &vlen);
+  if (q == nullptr || static_cast<size_t>(end - q) < vlen) {
+    return Bad("leaf record value truncated");
+  }
+  r->value = Slice(q, vlen);
+  q = Varint64At(q + vlen, end, &r->lsn);
+  if (q == nullptr) return Bad("leaf record LSN truncated");
+  r->tombstone = (flags & kRecordTombstone) != 0;
+  if (r->tombstone && vlen != 0) return Bad("tombstone with a value");
+  *p = q;
+  return Status::OK();
+}
+
 }  // namespace
 
 uint64_t KeyPrefix(Slice key) {
@@ -88,7 +148,7 @@ uint64_t KeyPrefix(Slice key) {
 
 size_t LeafBaseSize(const BaseHeader& header, const std::vector<LeafRecord>& records) {
   size_t n = HeaderSize(header, records.size());
-  for (const LeafRecord& r : records) n += 4 + r.key.size() + 4 + r.value.size() + 8 + 1;
+  for (const LeafRecord& r : records) n += LeafEntrySize(r);
   return n;
 }
 
@@ -108,11 +168,7 @@ void EncodeLeafBase(const BaseHeader& header, const std::vector<LeafRecord>& rec
     assert(i == 0 || records[i - 1].key < r.key);
     assert(!r.tombstone || r.value.empty());
     PutSlot(table, i, r.key, static_cast<size_t>(p - dst));
-    p = PutBytes(p, r.key);
-    p = PutBytes(p, r.value);
-    EncodeFixed64(p, r.lsn);
-    p += 8;
-    *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+    p = PutLeafEntry(p, r);
   }
   assert(static_cast<size_t>(p - dst) == LeafBaseSize(header, records));
 }
@@ -205,43 +261,20 @@ Result<Slice> BaseView::EntryBytes(size_t i) const {
 
 Result<Slice> BaseView::KeyAt(size_t i) const {
   ASSIGN_OR_RETURN(Slice bytes, EntryBytes(i));
+  const char* const end = bytes.data() + bytes.size();
   uint32_t len = 0;
-  if (!GetFixed32(&bytes, &len) || len > bytes.size()) return Bad("base key truncated");
-  return Slice(bytes.data(), len);
-}
-
-namespace {
-
-// Decodes the leaf record at *p, reading nothing at or past `end`; *p moves
-// past it. Shared by RecordAt and AppendRecords.
-Status DecodeLeafRecord(const char** p, const char* end, LeafRecord* r) {
-  const char* q = *p;
-  if (end - q < 4) return Bad("leaf record key truncated");
-  const uint32_t klen = Fixed32(q);
-  q += 4;
-  if (static_cast<size_t>(end - q) < static_cast<size_t>(klen) + 4) {
-    return Bad("leaf record key truncated");
+  const char* p = bytes.data();
+  if (is_leaf()) {
+    p = Varint32At(p + 1, end, &len);  // past the flags (the span is not empty)
+  } else if (bytes.size() >= 4) {
+    len = Fixed32(p);
+    p += 4;
+  } else {
+    p = nullptr;
   }
-  r->key = Slice(q, klen);
-  q += klen;
-  const uint32_t vlen = Fixed32(q);
-  q += 4;
-  if (static_cast<size_t>(end - q) < static_cast<size_t>(vlen) + 9) {
-    return Bad("leaf record value truncated");
-  }
-  r->value = Slice(q, vlen);
-  q += vlen;
-  r->lsn = Fixed64(q);
-  const auto flags = static_cast<uint8_t>(q[8]);
-  q += 9;
-  if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-  r->tombstone = (flags & kRecordTombstone) != 0;
-  if (r->tombstone && vlen != 0) return Bad("tombstone with a value");
-  *p = q;
-  return Status::OK();
+  if (p == nullptr || static_cast<size_t>(end - p) < len) return Bad("base key truncated");
+  return Slice(p, len);
 }
-
-}  // namespace
 
 Result<LeafRecord> BaseView::RecordAt(size_t i) const {
   assert(is_leaf());
@@ -399,8 +432,8 @@ void BaseView::PrefetchEntryNear(Slice key) const {
   const size_t span = payload_.size() - entries_at_;
   const size_t off = std::min<size_t>(span - 1, d * span / range);
   // Two lines either side: for keys spread evenly, the entry's index is off
-  // the guess by about sqrt(n)/2 entries (~5 at 90), ~2 lines of 33-byte
-  // records. 1 or 3 lines a side measured worse (bwtree.md).
+  // the guess by about sqrt(n)/2 entries (~5 at 90), under 2 lines of
+  // 22-byte records (random8). 1 or 3 lines a side measured worse (bwtree.md).
   PrefetchLines(payload_.data() + entries_at_ + off, 5, /*lines_before=*/2);
 }
 
@@ -473,15 +506,16 @@ Status BaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end, uint6
   const char* data = from.payload_.data();
   const size_t size = from.payload_.size();
   // Each entry's span lies inside the entries, in order, and holds at least
-  // an entry's fixed fields: for a leaf record two lengths, LSN and flags (17
-  // bytes) ending in known flags, what the purge needs (flags, LSN) sitting
-  // at the span's end; for an inner entry a length and a child (12 bytes).
-  // The lengths inside are not decoded: every read of the new base checks
-  // its entry's own bytes (RecordAt, KeyAt, InnerAt), as Validate checks
-  // them all. Counted in locals: the loop reads through char pointers, which
-  // may alias the members, so member updates would be stored every entry.
+  // an entry's fixed fields: for a leaf record its flags, two lengths and an
+  // LSN (kMinLeafEntrySize bytes), starting with known flags; for an inner
+  // entry a length and a child (12 bytes). The lengths inside are not
+  // decoded, except a tombstone's when a purge may drop it: every read of
+  // the new base checks its entry's own bytes (RecordAt, KeyAt, InnerAt), as
+  // Validate checks them all. Counted in locals: the loop reads through char
+  // pointers, which may alias the members, so member updates would be stored
+  // every entry.
   const bool leaf = from.is_leaf();
-  const size_t fixed = leaf ? 17 : 12;
+  const size_t fixed = leaf ? kMinLeafEntrySize : 12;
   size_t run_begin = begin;
   size_t kept = 0, kept_bytes = 0;
   size_t at = begin < from.count_ ? from.OffsetAt(begin) : size;
@@ -493,9 +527,17 @@ Status BaseBuilder::AddRun(const BaseView& from, size_t begin, size_t end, uint6
     const size_t next = i < inner_end ? Fixed32(offsets + kBaseSlotSize * (i + 1)) : size;
     if (next > size || next < at + fixed) return Bad("base entry offset out of range");
     if (leaf) {
-      const auto flags = static_cast<uint8_t>(data[next - 1]);
+      const auto flags = static_cast<uint8_t>(data[at]);
       if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
-      if ((flags & kRecordTombstone) != 0 && Fixed64(data + next - 9) < purge_bound) {
+      bool purge = false;
+      if ((flags & kRecordTombstone) != 0 && purge_bound > 0) {
+        LeafRecord r;
+        const char* p = data + at;
+        RETURN_IF_ERROR(DecodeLeafRecord(&p, data + next, &r));
+        if (p != data + next) return Bad("leaf record tail malformed");
+        purge = r.lsn < purge_bound;
+      }
+      if (purge) {
         if (run_begin < i) pieces_.push_back(Piece{&from, run_begin, i, {}, {}});
         run_begin = i + 1;
         if (purged != nullptr) ++*purged;
@@ -517,7 +559,7 @@ void BaseBuilder::AddRecord(const LeafRecord& record) {
   assert(header_.type == NodeType::kLeaf && (!record.tombstone || record.value.empty()));
   pieces_.push_back(Piece{nullptr, 0, 0, record, {}});
   ++count_;
-  entry_bytes_ += 4 + record.key.size() + 4 + record.value.size() + 9;
+  entry_bytes_ += LeafEntrySize(record);
 }
 
 void BaseBuilder::AddEntry(const InnerEntry& entry) {
@@ -545,11 +587,7 @@ void BaseBuilder::Finish(char* dst) const {
     if (piece.from == nullptr && header_.type == NodeType::kLeaf) {
       const LeafRecord& r = piece.record;
       PutSlot(table, slot++, r.key, static_cast<size_t>(p - dst));
-      p = PutBytes(p, r.key);
-      p = PutBytes(p, r.value);
-      EncodeFixed64(p, r.lsn);
-      p += 8;
-      *p++ = static_cast<char>(r.tombstone ? kRecordTombstone : 0);
+      p = PutLeafEntry(p, r);
       continue;
     }
     if (piece.from == nullptr) {

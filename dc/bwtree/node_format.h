@@ -29,11 +29,11 @@ inline constexpr uint32_t kNoHint = 0xffffffffu;
 
 // ---- Base nodes ----------------------------------------------------------------
 
-// Values 1 and 2 were the bases without a key prefix table (retired; they
-// read as Corruption).
+// Values 1 and 2 were the bases without a key prefix table, 3 the leaf with
+// fixed-width record fields (all retired; they read as Corruption).
 enum class NodeType : uint8_t {
-  kLeaf = 3,   // level 0: records (key, value, LSN, tombstone)
   kInner = 4,  // level > 0: entries (separator, child PID)
+  kLeaf = 5,   // level 0: records (key, value, LSN, tombstone), varint fields
 };
 
 // The first 8 bytes of a key, zero-padded, read as a big-endian number. It
@@ -49,6 +49,9 @@ inline constexpr size_t kBaseSlotSize = 12;
 inline constexpr uint8_t kBaseHighInfinite = 1;
 // Leaf record flag bits.
 inline constexpr uint8_t kRecordTombstone = 1;
+// The fewest bytes a leaf record takes in a base: flags, two one-byte
+// lengths and a one-byte LSN.
+inline constexpr size_t kMinLeafEntrySize = 4;
 
 // The node's key range [low_key, high_key) and its B-link right sibling.
 struct BaseHeader {

@@ -149,7 +149,9 @@ TEST_CASE("Leaf entries are a flags byte and varints", "[dc][bwtree]") {
   // The type before the varint layout (3) is retired.
   std::string old = live;
   old[0] = 3;
-  CHECK(BaseView::Parse(old).status().IsCorruption());
+  const Status retired = BaseView::Parse(old).status();
+  CHECK(retired.IsCorruption());
+  CHECK(retired.ToString().find("retired base node type 3") != std::string::npos);
   // A length varint that runs past its entry is Corruption.
   std::string bad = live;
   bad[kBaseFixedHeaderSize + kBaseSlotSize + 1] = static_cast<char>(0x82);  // klen continues

@@ -460,14 +460,13 @@ TEST_CASE("Threads writing the same keys leave the last write of each (long)",
   RunOverlapping(seed, 4, 3000, 10, 20000);
 }
 
-
 // ---------------------------------------------------------------------------
 // Threads racing on one leaf with large values
 
 // Every thread upserts values of up to 4000 bytes over its own few keys, all
 // in one or two leaves, with 64 KiB LSS buffers: each consolidation of the
 // contended leaf is long and loses its Update-R to another thread's post
-// (bwtree.md, "The page byte bound"). Before the bound, most runs of two
+// (bwtree.md, "Held posts"). Before the bound, most runs of two
 // threads ended with a page a split's record could not hold: thousands of
 // writes failed TooLarge and the page never split again. Every write must
 // succeed, and the tree must then hold each key's last write, check, flush

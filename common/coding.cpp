@@ -90,12 +90,12 @@ const char* ParseVarint(const char* p, const char* limit, int max_bytes, uint8_t
 
 }  // namespace
 
-const char* GetVarint32Ptr(const char* p, const char* limit, uint32_t* v) {
+const char* GetVarint32PtrFallback(const char* p, const char* limit, uint32_t* v) {
   // Byte 5 holds bits 28..34; only 28..31 fit.
   return ParseVarint<uint32_t>(p, limit, kMaxVarint32Bytes, 0x0f, v);
 }
 
-const char* GetVarint64Ptr(const char* p, const char* limit, uint64_t* v) {
+const char* GetVarint64PtrFallback(const char* p, const char* limit, uint64_t* v) {
   // Byte 10 holds bits 63..69; only bit 63 fits.
   return ParseVarint<uint64_t>(p, limit, kMaxVarint64Bytes, 0x01, v);
 }

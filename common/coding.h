@@ -93,9 +93,25 @@ int VarintLength(uint64_t v);
 
 // Parses a varint from [p, limit). Returns the byte just past it, or nullptr
 // if the input is truncated, too long or overflows (see the file comment).
-// REQUIRES: p <= limit.
-const char* GetVarint32Ptr(const char* p, const char* limit, uint32_t* v);
-const char* GetVarint64Ptr(const char* p, const char* limit, uint64_t* v);
+// REQUIRES: p <= limit. A one-byte varint (every small length, and the
+// Bw-tree's leaf entries decode several per record) is parsed inline; longer
+// ones out of line.
+const char* GetVarint32PtrFallback(const char* p, const char* limit, uint32_t* v);
+const char* GetVarint64PtrFallback(const char* p, const char* limit, uint64_t* v);
+inline const char* GetVarint32Ptr(const char* p, const char* limit, uint32_t* v) {
+  if (p < limit && static_cast<uint8_t>(*p) < 0x80) {
+    *v = static_cast<uint8_t>(*p);
+    return p + 1;
+  }
+  return GetVarint32PtrFallback(p, limit, v);
+}
+inline const char* GetVarint64Ptr(const char* p, const char* limit, uint64_t* v) {
+  if (p < limit && static_cast<uint8_t>(*p) < 0x80) {
+    *v = static_cast<uint8_t>(*p);
+    return p + 1;
+  }
+  return GetVarint64PtrFallback(p, limit, v);
+}
 
 // Bounds-checked decoders: on success consume the encoding from the front of
 // *input and return true; on failure return false and leave *input (and *v)

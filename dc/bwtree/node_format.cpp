@@ -74,25 +74,6 @@ void PutSlot(char* slots, size_t i, Slice key, size_t offset) {
 
 Status Bad(const char* what) { return Status::Corruption(std::string("bw-tree node: ") + what); }
 
-// A varint from [p, end): one byte inline (every length and most LSN bytes
-// of a small record), longer ones through common/coding. Null when
-// truncated or malformed. REQUIRES: p <= end.
-inline const char* Varint32At(const char* p, const char* end, uint32_t* v) {
-  if (p < end && static_cast<uint8_t>(*p) < 0x80) {
-    *v = static_cast<uint8_t>(*p);
-    return p + 1;
-  }
-  return GetVarint32Ptr(p, end, v);
-}
-
-inline const char* Varint64At(const char* p, const char* end, uint64_t* v) {
-  if (p < end && static_cast<uint8_t>(*p) < 0x80) {
-    *v = static_cast<uint8_t>(*p);
-    return p + 1;
-  }
-  return GetVarint64Ptr(p, end, v);
-}
-
 // A leaf entry: 1 byte flags, varint32 key length, key, varint32 value
 // length, value, varint64 LSN (node_format.md). The flags come first so that
 // a consolidation copying entries as bytes reads them at the entry's start.
@@ -118,15 +99,15 @@ Status DecodeLeafRecord(const char** p, const char* end, LeafRecord* r) {
   const auto flags = static_cast<uint8_t>(*q++);
   if ((flags & ~kRecordTombstone) != 0) return Bad("unknown leaf record flags");
   uint32_t klen = 0, vlen = 0;
-  q = Varint32At(q, end, &klen);
+  q = GetVarint32Ptr(q, end, &klen);
   if (q == nullptr || static_cast<size_t>(end - q) < klen) return Bad("leaf record key truncated");
   r->key = Slice(q, klen);
-  q = Varint32At(q + klen, end, &vlen);
+  q = GetVarint32Ptr(q + klen, end, &vlen);
   if (q == nullptr || static_cast<size_t>(end - q) < vlen) {
     return Bad("leaf record value truncated");
   }
   r->value = Slice(q, vlen);
-  q = Varint64At(q + vlen, end, &r->lsn);
+  q = GetVarint64Ptr(q + vlen, end, &r->lsn);
   if (q == nullptr) return Bad("leaf record LSN truncated");
   r->tombstone = (flags & kRecordTombstone) != 0;
   if (r->tombstone && vlen != 0) return Bad("tombstone with a value");
@@ -269,7 +250,7 @@ Result<Slice> BaseView::KeyAt(size_t i) const {
   uint32_t len = 0;
   const char* p = bytes.data();
   if (is_leaf()) {
-    p = Varint32At(p + 1, end, &len);  // past the flags (the span is not empty)
+    p = GetVarint32Ptr(p + 1, end, &len);  // past the flags (the span is not empty)
   } else if (bytes.size() >= 4) {
     len = Fixed32(p);
     p += 4;

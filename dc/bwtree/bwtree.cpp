@@ -75,10 +75,10 @@ inline void PrefetchHead(const PageNode* head) {
   if (head != nullptr) PrefetchLines(head, 16);
 }
 
-// Where a leaf of `count` records splits: its middle, or, when keys are
-// being appended at the right edge (nothing will land below the records
-// already there), so that the left page keeps 7/8 of them.
-size_t LeafSplitIndex(size_t count, bool appending) {
+// Where a page of `count` records or entries splits: its middle, or, when
+// keys are being appended at the right edge (nothing will land below the
+// ones already there), so that the left page keeps 7/8 of them.
+size_t SplitIndex(size_t count, bool appending) {
   return appending && count >= 16 ? count - count / 8 : count / 2;
 }
 
@@ -1080,7 +1080,7 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
       ASSIGN_OR_RETURN(LeafRecord last, base.RecordAt(base.count() - 1));
       appending = last.lsn == base_node->tag;
     }
-    const size_t at = LeafSplitIndex(base.count(), appending);
+    const size_t at = SplitIndex(base.count(), appending);
     ASSIGN_OR_RETURN(Slice middle, base.KeyAt(at));
     separator = middle.ToString();
     if (!base.header().high_infinite) split_until = base.header().high_key.ToString();
@@ -1116,7 +1116,7 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
       for (const LeafImage::Delta& d : image.deltas) see(d.d.lsn, d.d.key);
       appending = newest_key == keys.back();
     }
-    separator = keys[LeafSplitIndex(keys.size(), appending)].ToString();
+    separator = keys[SplitIndex(keys.size(), appending)].ToString();
     if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
     const Slice sep(separator);
     LeafImage right;
@@ -1137,7 +1137,19 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
     InnerImage image;
     RETURN_IF_ERROR(GatherInner(head, &image));
     if (image.entries.size() < 2) return Status::OK();
-    const size_t mid = image.entries.size() / 2;
+    // Appends, as for leaves: the rightmost inner page whose last child is
+    // its newest (the largest page id, the right half of the latest split
+    // below). Then inner pages too end up 7/8 full, and the tree one level
+    // lower for as many keys. A reused page id may hide an append, and a
+    // random load may look like one: an early split at most.
+    bool appending = false;
+    if (image.header.high_infinite) {
+      auto newest = std::max_element(
+          image.entries.begin(), image.entries.end(),
+          [](const InnerEntry& a, const InnerEntry& b) { return a.child < b.child; });
+      appending = newest == image.entries.end() - 1;
+    }
+    const size_t mid = SplitIndex(image.entries.size(), appending);
     separator = image.entries[mid].separator.ToString();
     if (!image.header.high_infinite) split_until = image.header.high_key.ToString();
     BaseHeader header = image.header;

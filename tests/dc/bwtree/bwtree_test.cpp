@@ -893,6 +893,28 @@ TEST_CASE("Appends at the right edge fill leaves, with deltas above the ESL or w
   RequireCheck(t);
 }
 
+// Appends fill inner pages the same way: the rightmost inner page whose last
+// child is its newest splits 7/8 : 1/8, so a tree of appended keys is as low
+// as a tree of full pages.
+TEST_CASE("Appends at the right edge fill inner pages", "[dc][bwtree]") {
+  BwTreeOptions o = TestOptions();
+  o.leaf_max_records = 32;
+  o.leaf_merge_records = 4;
+  o.inner_max_entries = 16;
+  Fixture f(o);
+  BwTree* t = f.tree.get();
+  Model m;
+  // About 1700 leaves. Inner pages left half full by their splits need five
+  // levels for them, nearly full ones four.
+  constexpr uint64_t kRecords = 50000;
+  for (uint64_t i = 0; i < kRecords; ++i) Write(t, &m, WriteKind::kUpsert, Key(i), "v", i + 1);
+  const BwTree::Stats s = t->GetStats();
+  INFO("splits " << s.splits);
+  CHECK(s.height == 4);
+  RequireSame(t, m, kAll);
+  RequireCheck(t);
+}
+
 // A page allocated in the store but reachable from no node of the tree can
 // never be freed: Check reports it, before and after a reopen.
 TEST_CASE("Check reports a page allocated outside the tree", "[dc][bwtree]") {

@@ -181,27 +181,23 @@ Plan MakePlan(const Workload& w, const DataSet& data, int threads) {
   const size_t t_count = static_cast<size_t>(threads);
   p.inserts.resize(t_count);
   p.lookups.resize(t_count);
-  std::vector<size_t> owner;  // own_ranges: record -> inserting thread
   if (w.own_ranges) {
+    // Thread t takes ranks [n*t/T, n*(t+1)/T) of the key order, in record
+    // order (random for random keys).
     std::vector<uint32_t> by_key(n);
     for (size_t i = 0; i < n; ++i) by_key[i] = static_cast<uint32_t>(i);
     std::sort(by_key.begin(), by_key.end(),
               [&](uint32_t a, uint32_t b) { return data.key(a) < data.key(b); });
-    owner.resize(n);
+    std::vector<size_t> owner(n);
     for (size_t rank = 0; rank < n; ++rank) owner[by_key[rank]] = rank * t_count / n;
+    for (size_t i = 0; i < n; ++i) p.inserts[owner[i]].Add(data, static_cast<uint32_t>(i));
   }
   for (size_t t = 0; t < t_count; ++t) {
     OpStream& ins = p.inserts[t];
     OpStream& look = p.lookups[t];
-    if (w.own_ranges) {
-      // Thread t takes ranks [n*t/T, n*(t+1)/T) of the key order, in record
-      // order (random for random keys).
-      for (size_t i = 0; i < n; ++i) {
-        if (owner[i] == t) ins.Add(data, static_cast<uint32_t>(i));
-      }
-    } else if (w.kind == KeyKind::kMonotonic8) {
+    if (w.kind == KeyKind::kMonotonic8) {
       for (size_t i = t; i < n; i += t_count) ins.Add(data, static_cast<uint32_t>(i));
-    } else {
+    } else if (!w.own_ranges) {  // own ranges: filled above
       for (size_t i = n * t / t_count; i < n * (t + 1) / t_count; ++i) {
         ins.Add(data, static_cast<uint32_t>(i));
       }
@@ -575,6 +571,19 @@ void RunMissLatency(bool quick) {
 
 // ---------------------------------------------------------------------------
 
+// Prints a ratio line: for a workload the targets are set for, with the
+// target and whether `ratio` meets it. Returns what the progress line says
+// of the target.
+std::string PrintJudged(ResultLine& line, const Workload& w, double ratio, double target) {
+  if (w.own_ranges) {
+    line.Print();
+    return "diagnostic, no target";
+  }
+  line.Set("target", target);
+  PrintWithBool(line, "meets_target", ratio >= target);
+  return fmt::format("target {:.0f}", target);
+}
+
 // Prints one round's ratio line and returns the ratio.
 double PrintRatio(const Workload& w, const char* phase, int threads, int round,
                   const PhaseResult& ours, const PhaseResult& base, double target) {
@@ -585,18 +594,11 @@ double PrintRatio(const Workload& w, const char* phase, int threads, int round,
       .Set("ratio", ratio)
       .Set("bwtree_ops_per_s", ours.ops_per_s())
       .Set("std_map_ops_per_s", base.ops_per_s());
-  if (w.own_ranges) {
-    line.Print();
-    Progress("{} threads={} {}: bwtree/std_map = {:.2f} (diagnostic, no target)", w.name,
-             threads, phase, ratio);
-    return ratio;
-  }
-  line.Set("target", target);
   // The targets are set for 2 threads; at other counts the flag still says
   // whether the ratio would meet them.
-  PrintWithBool(line, "meets_target", ratio >= target);
-  Progress("{} threads={} {}: bwtree/std_map = {:.2f} (target {:.0f}{})", w.name, threads, phase,
-           ratio, target, threads == kTargetThreads ? "" : ", set for 2 threads");
+  const std::string judged = PrintJudged(line, w, ratio, target);
+  Progress("{} threads={} {}: bwtree/std_map = {:.2f} ({}{})", w.name, threads, phase, ratio,
+           judged, w.own_ranges || threads == kTargetThreads ? "" : ", set for 2 threads");
   return ratio;
 }
 
@@ -625,14 +627,7 @@ struct RatioSeries {
         .Set("ratio", median)
         .Set("ratio_min", v.front())
         .Set("ratio_max", v.back());
-    const std::string judged = w.own_ranges ? "diagnostic, no target"
-                                            : fmt::format("target {:.0f}", target);
-    if (w.own_ranges) {
-      line.Print();
-    } else {
-      line.Set("target", target);
-      PrintWithBool(line, "meets_target", median >= target);
-    }
+    const std::string judged = PrintJudged(line, w, median, target);
     Progress("{} threads={} {}: median bwtree/std_map over {} rounds = {:.2f} (min {:.2f}, max "
              "{:.2f}, {})",
              w.name, threads, phase, n, median, v.front(), v.back(), judged);

@@ -1133,6 +1133,7 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
                                                            : nullptr));
   }
   if (final_delta != nullptr) RETURN_IF_ERROR(plan_page(pid, final_delta));
+  if (after_plan_for_test_) after_plan_for_test_(txn->allocated_);
 
   // Reserve one transaction record holding every inner record.
   size_t inner = RecordSpan(0) * (txn->allocated_.size() + txn->freed_.size());

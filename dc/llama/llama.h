@@ -303,6 +303,12 @@ class Llama {
   void TEST_SetUpdateRFault(std::function<bool(PageId)> fault) {
     update_r_fault_for_test_ = std::move(fault);
   }
+  // Test hook: runs in every commit after it planned its pages and before it
+  // reserves its record, with the PIDs the transaction allocated (where a
+  // preempted committer stalls). Set while no commit runs.
+  void TEST_SetAfterPlan(std::function<void(const std::vector<PageId>&)> hook) {
+    after_plan_for_test_ = std::move(hook);
+  }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -410,6 +416,7 @@ class Llama {
   bool closed_ = false;
   std::function<void()> before_frees_for_test_;
   std::function<bool(PageId)> update_r_fault_for_test_;
+  std::function<void(const std::vector<PageId>&)> after_plan_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

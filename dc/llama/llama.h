@@ -144,7 +144,9 @@ class Llama {
 
   // The page's current state, newest node first, brought in from the LSS if
   // it is not in memory (or only partly). Null for an allocated page that has
-  // no state yet; NotFound for a PID that is not allocated.
+  // no state yet; NotFound for a PID that is not allocated, or that is
+  // private to an open system transaction (its owner updates it through
+  // TUpdateD and never reads it here: a route that reaches it is stale).
   Result<const PageNode*> Read(PageId pid);
   // The page's head when its whole state is in memory (what Read returns
   // without any work); null otherwise: not allocated, empty, on the LSS or
@@ -372,7 +374,14 @@ class Llama {
   void EndTransaction(SystemTxn* txn);
 
   FlushNode* NewFlushNode(NodeKind kind);
+  // Read; private pages too when !hide_private (LLAMA's own flushes).
+  Result<const PageNode*> ReadState(PageId pid, bool hide_private);
+
   void FreeNode(PageNode* node);
+  // Frees one node that was published (other threads may hold it) after the
+  // epoch, leaving the nodes below it alone.
+  void RetireNode(PageNode* node);
+  static void FreeNodeDeferred(void* llama, uint64_t node);
   void RetireChain(const PageNode* head);
   static void FreeChainDeferred(void* llama, uint64_t head);
   size_t ChainBytes(const PageNode* head) const;

@@ -1224,7 +1224,8 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     uint64_t e = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
     const uint64_t desired = final_planned ? MappingTable::FromPointer(plans.back().flush)
                                            : MappingTable::FromPointer(final_delta);
-    if (!mapping_->Cas(pid, e, desired)) {
+    const bool fault = commit_fault_for_test_ && commit_fault_for_test_(pid);
+    if (fault || !mapping_->Cas(pid, e, desired)) {
       undo(installed);
       lss_->Void(r);
       if (replace) {

@@ -305,6 +305,14 @@ class Llama {
   void TEST_SetUpdateRFault(std::function<bool(PageId)> fault) {
     update_r_fault_for_test_ = std::move(fault);
   }
+  // Test hook: a TCommit or TCommitReplace whose final page `fault` returns
+  // true for fails at its commit point as if another thread's change had won
+  // the CAS: after its flush nodes went onto its private pages, which the
+  // hook may read from the mapping table. Set before other threads use the
+  // cache.
+  void TEST_SetCommitFault(std::function<bool(PageId)> fault) {
+    commit_fault_for_test_ = std::move(fault);
+  }
   // Test hook: runs in every commit after it planned its pages and before it
   // reserves its record, with the PIDs the transaction allocated (where a
   // preempted committer stalls). Set while no commit runs.
@@ -426,6 +434,7 @@ class Llama {
   std::function<void()> before_frees_for_test_;
   std::function<bool(PageId)> update_r_fault_for_test_;
   std::function<void(const std::vector<PageId>&)> after_plan_for_test_;
+  std::function<bool(PageId)> commit_fault_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

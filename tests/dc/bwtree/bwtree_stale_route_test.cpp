@@ -7,6 +7,7 @@
 //    may hold them) and check the defences: Llama::Read hides a page private to a system
 //    transaction, and a routed descent that moved right re-points the route.
 // Thread safety: single-threaded, except the one write the commit hook runs.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -40,6 +41,35 @@ void Put(DataComponent* dc, RecordOpKind kind, const std::string& key, uint64_t 
   REQUIRE(r.ok());
 }
 
+// Loads K(0 .. keys), makes it durable (parents included), then deletes
+// K(lo .. hi) so that those leaves merge: the RSSP passes the tombstones, a
+// few newer ones per leaf make a leaf's next consolidation purge the old ones
+// and keep about two records, and reads around the range consolidate the
+// leaves. With `stale`, the merges leave their parents' index-term deletes
+// unflushed, as before issue 37's fix.
+void MergeRange(Dc* dc, uint64_t* lsn, int keys, int lo, int hi, bool stale) {
+  for (int i = 0; i < keys; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++*lsn);
+  REQUIRE(dc->ProposeRssp(*lsn).ok());  // FlushAll under the ESL: parents durable
+  for (int i = lo; i < hi; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++*lsn);
+  REQUIRE(dc->ProposeRssp(*lsn + 1).ok());
+  if (stale) dc->TEST_tree()->TEST_SetFlushParentsBeforeFree(false);
+  for (int i = lo; i < hi; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++*lsn);
+  for (int i = std::max(0, lo - 100); i < std::min(keys, hi + 100); ++i) {
+    REQUIRE(dc->Get(K(i)).ok());
+  }
+}
+
+// A fresh in-process DC (ESL far ahead) after MergeRange.
+struct MergedStore {
+  static constexpr uint64_t kEsl = 10'000'000;
+  MergedStore(int keys, int lo, int hi, bool stale) {
+    REQUIRE(h.local()->SetEsl(kEsl).ok());
+    MergeRange(h.local(), &lsn, keys, lo, hi, stale);
+  }
+  InProcessHarness h{HarnessConfig{}};
+  uint64_t lsn = 0;
+};
+
 }  // namespace
 
 namespace stale_route {
@@ -51,10 +81,9 @@ struct StaleRoute {
   PageId child = 0;  // a freed PID
 };
 
-// Level-1 entries whose child is not allocated.
-// (tree: for its root.)
-std::vector<StaleRoute> StaleRoutes(bwtree::BwTree* tree, llama::Llama* l) {
-  std::vector<StaleRoute> out;
+// Calls fn(entry) for every level-1 index entry, left to right.
+template <typename Fn>
+void ForEachLevel1Entry(bwtree::BwTree* tree, llama::Llama* l, Fn fn) {
   auto g = l->Enter();
   PageId pid = tree->root();
   for (;;) {
@@ -66,35 +95,27 @@ std::vector<StaleRoute> StaleRoutes(bwtree::BwTree* tree, llama::Llama* l) {
       pid = image.entries.front().child;
       continue;
     }
-    for (const bwtree::InnerEntry& e : image.entries) {
-      if (l->Read(e.child).status().IsNotFound()) out.push_back({e.separator.ToString(), e.child});
-    }
+    for (const bwtree::InnerEntry& e : image.entries) fn(e);
     if (image.header.high_infinite) break;
     pid = image.header.right_sibling;
   }
+}
+
+// Level-1 entries whose child is not allocated.
+std::vector<StaleRoute> StaleRoutes(bwtree::BwTree* tree, llama::Llama* l) {
+  std::vector<StaleRoute> out;
+  ForEachLevel1Entry(tree, l, [&](const bwtree::InnerEntry& e) {
+    if (l->Read(e.child).status().IsNotFound()) out.push_back({e.separator.ToString(), e.child});
+  });
   return out;
 }
 
 // The child a level-1 entry routes `key` to (the last entry at or below it).
 PageId RoutedChild(bwtree::BwTree* tree, llama::Llama* l, const std::string& key) {
-  auto g = l->Enter();
-  PageId pid = tree->root();
   PageId child = 0;
-  for (;;) {
-    Result<const llama::PageNode*> head = l->Read(pid);
-    REQUIRE(head.ok());
-    bwtree::InnerImage image;
-    REQUIRE(bwtree::GatherInner(*head, &image).ok());
-    if (image.header.level > 1) {
-      pid = image.entries.front().child;
-      continue;
-    }
-    for (const bwtree::InnerEntry& e : image.entries) {
-      if (e.separator.empty() || e.separator <= Slice(key)) child = e.child;
-    }
-    if (image.header.high_infinite) break;
-    pid = image.header.right_sibling;
-  }
+  ForEachLevel1Entry(tree, l, [&](const bwtree::InnerEntry& e) {
+    if (e.separator.empty() || e.separator <= Slice(key)) child = e.child;
+  });
   return child;
 }
 
@@ -128,27 +149,12 @@ using namespace stale_route;
 // routes to a freed PID, which RebuildFreeList hands out first.
 TEST_CASE("stale route: after RestartTo a parent still routes to a merged, freed leaf",
           "[bwtree][stale_route]") {
-  HarnessConfig config;
-  InProcessHarness h(config);
-  Dc* dc = h.local();
-  constexpr uint64_t kEsl = 1'000'000;
-  REQUIRE(dc->SetEsl(kEsl).ok());
-  uint64_t lsn = 0;
-  for (int i = 0; i < 200; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn).ok());  // FlushAll under the ESL: parents durable
-  for (int i = 40; i < 160; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  // The RSSP passes the tombstones (and flushes every page, parents too).
-  REQUIRE(dc->ProposeRssp(lsn + 1).ok());
-  const bwtree::BwTree::Stats before = dc->TEST_tree()->GetStats();
-  // A few newer tombstones per leaf: a leaf's next consolidation purges the
-  // old ones and keeps about two records, so the leaf merges.
-  for (int i = 40; i < 160; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  // Reads consolidate the leaves (purging the tombstones): they merge.
-  for (int i = 0; i < 200; ++i) REQUIRE(dc->Get(K(i)).ok());
+  MergedStore store(200, 40, 160, /*stale=*/false);
+  Dc* dc = store.h.local();
+  constexpr uint64_t kEsl = MergedStore::kEsl;
   const bwtree::BwTree::Stats after = dc->TEST_tree()->GetStats();
-  INFO("merges " << after.merges - before.merges << " freed "
-                 << after.pages_freed - before.pages_freed << " height " << after.height);
-  REQUIRE(after.pages_freed > before.pages_freed);
+  INFO("merges " << after.merges << " freed " << after.pages_freed << " height " << after.height);
+  REQUIRE(after.pages_freed > 0);
   REQUIRE(dc->TEST_tree()->Check().ok());  // sound before the restart
   Result<DcReady> ready = dc->RestartTo(kEsl);
   REQUIRE(ready.ok());
@@ -172,22 +178,11 @@ TEST_CASE("stale route: after RestartTo a parent still routes to a merged, freed
 // acknowledged write is gone.
 TEST_CASE("stale route: a write through a stale route lands on a split's private page and is lost",
           "[bwtree][stale_route]") {
-  HarnessConfig config;
-  InProcessHarness h(config);
-  Dc* dc = h.local();
-  constexpr uint64_t kEsl = 1'000'000;
-  REQUIRE(dc->SetEsl(kEsl).ok());
-  uint64_t lsn = 0;
-  for (int i = 0; i < 200; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn).ok());
-  for (int i = 40; i < 160; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn + 1).ok());
-  // The merges below leave their parents' index-term deletes unflushed.
-  dc->TEST_tree()->TEST_SetFlushParentsBeforeFree(false);
-  for (int i = 40; i < 160; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  for (int i = 0; i < 200; ++i) REQUIRE(dc->Get(K(i)).ok());
+  MergedStore store(200, 40, 160, /*stale=*/true);
+  Dc* dc = store.h.local();
+  uint64_t& lsn = store.lsn;
   REQUIRE(dc->TEST_tree()->GetStats().merges > 0);
-  REQUIRE(dc->RestartTo(kEsl).ok());
+  REQUIRE(dc->RestartTo(MergedStore::kEsl).ok());
 
   bwtree::BwTree* tree = dc->TEST_tree();
   llama::Llama* l = tree->llama();
@@ -247,18 +242,10 @@ namespace deuteron::dc {
 // records become stable as later work fills the LSS buffers, while the
 // parents' index-term deletes are never flushed.
 TEST_CASE("stale route: after a crash a parent still routes to a merged, freed leaf", "[bwtree][stale_route]") {
-  HarnessConfig config;
-  InProcessHarness h(config);
+  MergedStore store(200, 40, 160, /*stale=*/false);
+  InProcessHarness& h = store.h;
   Dc* dc = h.local();
-  constexpr uint64_t kEsl = 1'000'000;
-  REQUIRE(dc->SetEsl(kEsl).ok());
-  uint64_t lsn = 0;
-  for (int i = 0; i < 200; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn).ok());
-  for (int i = 40; i < 160; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn + 1).ok());
-  for (int i = 40; i < 160; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  for (int i = 0; i < 200; ++i) REQUIRE(dc->Get(K(i)).ok());
+  uint64_t& lsn = store.lsn;
   REQUIRE(dc->TEST_tree()->GetStats().merges > 0);
   // Unrelated appends elsewhere (their splits' records fill buffers).
   for (int i = 0; i < 3000; ++i) Put(dc, RecordOpKind::kUpsert, "z" + K(i), ++lsn);
@@ -287,22 +274,10 @@ namespace deuteron::dc {
 // returns Busy: the range becomes unreachable. Check() passes throughout.
 TEST_CASE("stale route: a stale route reused at the far left sends every access on a long walk",
           "[bwtree][stale_route]") {
-  HarnessConfig config;
-  InProcessHarness h(config);
-  Dc* dc = h.local();
-  constexpr uint64_t kEsl = 10'000'000;
-  REQUIRE(dc->SetEsl(kEsl).ok());
-  uint64_t lsn = 0;
-  constexpr int kKeys = 3000;
-  for (int i = 0; i < kKeys; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn).ok());
-  for (int i = 2500; i < 2700; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  REQUIRE(dc->ProposeRssp(lsn + 1).ok());
-  // The merges below leave their parents' index-term deletes unflushed.
-  dc->TEST_tree()->TEST_SetFlushParentsBeforeFree(false);
-  for (int i = 2500; i < 2700; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++lsn);
-  for (int i = 2400; i < 2800; ++i) REQUIRE(dc->Get(K(i)).ok());
-  REQUIRE(dc->RestartTo(kEsl).ok());
+  MergedStore store(3000, 2500, 2700, /*stale=*/true);
+  Dc* dc = store.h.local();
+  uint64_t& lsn = store.lsn;
+  REQUIRE(dc->RestartTo(MergedStore::kEsl).ok());
 
   bwtree::BwTree* tree = dc->TEST_tree();
   llama::Llama* l = tree->llama();
@@ -454,37 +429,37 @@ class MergeRestartRun {
   std::map<std::string, std::optional<std::string>> model_;
 };
 
-}  // namespace
-
-TEST_CASE("RestartTo after merges recovers a sound tree with no route to a freed page",
-          "[bwtree][stale_route][crash]") {
-  for (uint64_t seed = 1; seed <= 3; ++seed) {
+// `seeds` runs of `cycles` cycles: merges, then a restart by RestartTo or
+// by a crash after filling the buffers; each recovery is checked.
+void MergeRestartCycles(int seeds, int cycles, bool crash) {
+  for (int seed = 1; seed <= seeds; ++seed) {
     INFO("seed " << seed);
-    MergeRestartRun run(seed);
+    MergeRestartRun run(static_cast<uint64_t>(seed));
     uint64_t merges = 0;
-    for (int cycle = 0; cycle < 3; ++cycle) {
+    for (int cycle = 0; cycle < cycles; ++cycle) {
       merges += run.LoadAndMerge("c" + std::to_string(cycle) + "-", 300);
-      run.Restart();
+      if (crash) {
+        run.FillBuffers(2000);
+        run.Crash();
+      } else {
+        run.Restart();
+      }
       run.CheckRecovered();
     }
     REQUIRE(merges > 0);
   }
 }
 
+}  // namespace
+
+TEST_CASE("RestartTo after merges recovers a sound tree with no route to a freed page",
+          "[bwtree][stale_route][crash]") {
+  MergeRestartCycles(3, 3, /*crash=*/false);
+}
+
 TEST_CASE("A crash after merges, with the parents never flushed, recovers a sound tree",
           "[bwtree][stale_route][crash]") {
-  for (uint64_t seed = 1; seed <= 2; ++seed) {
-    INFO("seed " << seed);
-    MergeRestartRun run(seed);
-    uint64_t merges = 0;
-    for (int cycle = 0; cycle < 2; ++cycle) {
-      merges += run.LoadAndMerge("c" + std::to_string(cycle) + "-", 300);
-      run.FillBuffers(2000);
-      run.Crash();
-      run.CheckRecovered();
-    }
-    REQUIRE(merges > 0);
-  }
+  MergeRestartCycles(2, 2, /*crash=*/true);
 }
 
 }  // namespace deuteron::dc

@@ -480,10 +480,15 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
     Path at;  // the route that led to pid, if a parent's entry did
     uint32_t expect = kAnyLevel;
     bool tried_consolidate = false;
-    // A route whose page did not hold the route's low key: the descent moved
-    // right from `heal.pid` to `heal_to` (0: none), which does (HealRoute).
-    Path heal;
-    PageId heal_to = 0;
+    // The route that led to the level now walked right, while every right
+    // move came straight from its page (HealRoute): `to` is the last page
+    // reached whose low key is at or below the route's (0: none).
+    struct {
+      bool active = false;
+      uint32_t parent_level = 0;
+      Slice route_low;
+      PageId from = 0, to = 0;
+    } heal;
     for (int hop = 0; hop < kMaxHops; ++hop) {
       Result<const PageNode*> read = llama_->Read(pid);
       if (!read.ok() && !read.status().IsNotFound()) return read.status();
@@ -541,11 +546,10 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       }
       tried_consolidate = false;
       if (c.outcome == LookupOutcome::kFound) {
-        if (heal_to != 0) {  // leaving the level the stale route led into
-          RETURN_IF_ERROR(HealRoute(heal.parent_level, heal.route_low, heal.pid, heal_to));
-          heal_to = 0;
+        if (heal.to != 0) {  // leaving the level a stale route led into
+          RETURN_IF_ERROR(HealRoute(heal.parent_level, heal.route_low, heal.from, heal.to));
         }
-        heal.routed = false;
+        heal = {};
         at.routed = true;
         at.parent_level = level;
         at.route_low = c.low;
@@ -557,19 +561,13 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       if (c.redirect_kind != RedirectKind::kMerge) {
         // A split (or a B-link move) whose index entry is missing: help post it.
         RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
-        if (at.routed) {
-          heal = at;
-          heal.pid = pid;
-        }
-        // The next page holds the routed range's low key: the route's
-        // better target (right moves within its own range are splits,
-        // whose posts above handle them).
-        if ((at.routed || heal.routed) && c.redirect_key <= heal.route_low) {
-          heal_to = c.redirect;
-        }
+        if (at.routed) heal = {true, at.parent_level, at.route_low, pid, 0};
+        // The next page's low key is at or below the route's: the routed
+        // page never held the route's range (right moves within the range
+        // are splits, whose posts above handle them).
+        if (heal.active && c.redirect_key <= heal.route_low) heal.to = c.redirect;
       } else {
-        heal.routed = false;  // a merged sibling is never a route's target
-        heal_to = 0;
+        heal = {};  // a merged sibling is never a route's target
       }
       at.routed = false;
       expect = level;
@@ -1598,9 +1596,10 @@ Status BwTree::FlushParents(const std::vector<PageId>& parents) {
     if (std::find(parents.begin(), parents.begin() + i, parents[i]) != parents.begin() + i) {
       continue;
     }
-    // A lost race means another flush installed over a state that already
-    // held what this one saw; its record was reserved before that, so before
-    // the free. Retry only to be sure the newest state is written.
+    // kRaced: the page changed (a post, or another flush) between the read
+    // and the CAS, and this flush's space was voided: flush again until a
+    // state holding the deletes is written here or found already flushed (a
+    // flush that installed first reserved its record before the free's).
     for (int attempt = 0;; ++attempt) {
       Result<llama::FlushResult> f = llama_->Flush(parents[i], bound, bound);
       if (!f.ok()) {

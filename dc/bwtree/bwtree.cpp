@@ -480,6 +480,15 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
     Path at;  // the route that led to pid, if a parent's entry did
     uint32_t expect = kAnyLevel;
     bool tried_consolidate = false;
+    // The route that led to the level now walked right, while every right
+    // move came straight from its page (HealRoute): `to` is the last page
+    // reached whose low key is at or below the route's (0: none).
+    struct {
+      bool active = false;
+      uint32_t parent_level = 0;
+      Slice route_low;
+      PageId from = 0, to = 0;
+    } heal;
     for (int hop = 0; hop < kMaxHops; ++hop) {
       Result<const PageNode*> read = llama_->Read(pid);
       if (!read.ok() && !read.status().IsNotFound()) return read.status();
@@ -537,6 +546,10 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       }
       tried_consolidate = false;
       if (c.outcome == LookupOutcome::kFound) {
+        if (heal.to != 0) {  // leaving the level a stale route led into
+          RETURN_IF_ERROR(HealRoute(heal.parent_level, heal.route_low, heal.from, heal.to));
+        }
+        heal = {};
         at.routed = true;
         at.parent_level = level;
         at.route_low = c.low;
@@ -548,6 +561,13 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       if (c.redirect_kind != RedirectKind::kMerge) {
         // A split (or a B-link move) whose index entry is missing: help post it.
         RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
+        if (at.routed) heal = {true, at.parent_level, at.route_low, pid, 0};
+        // The next page's low key is at or below the route's: the routed
+        // page never held the route's range (right moves within the range
+        // are splits, whose posts above handle them).
+        if (heal.active && c.redirect_key <= heal.route_low) heal.to = c.redirect;
+      } else {
+        heal = {};  // a merged sibling is never a route's target
       }
       at.routed = false;
       expect = level;
@@ -555,6 +575,14 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
     }
   }
   return Status::Busy("bw-tree: descent did not settle");
+}
+
+Status BwTree::HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to) {
+  if (route_low.empty() || from == to) return Status::OK();
+  const std::string low = route_low.ToString();  // the slice points into the parent
+  counters_->helped_smos.Add();
+  RETURN_IF_ERROR(Reroute(parent_level, low, from, to));
+  return SettleRoute(parent_level, low, to, 0);
 }
 
 Status BwTree::RepairRoute(uint32_t parent_level, Slice route_low, PageId bad) {
@@ -603,6 +631,9 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
     PageId pid = path.pid;
     const PageNode* head = path.head;
     bool restart = false;
+    // Where a routed leaf that did not hold the route's low key led right to
+    // (0: nowhere): the route's better target (HealRoute).
+    PageId heal_to = 0;
     for (int hop = 0; hop < kMaxHops && !restart; ++hop) {
       // The descent parsed the first page's base; later hops parse their own.
       ASSIGN_OR_RETURN(LookupResult r, look(head, false, hop == 0 ? &path.base : nullptr));
@@ -610,6 +641,9 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
         case LookupOutcome::kFound:
         case LookupOutcome::kNotFound:
         case LookupOutcome::kDeleted:
+          if (heal_to != 0) {
+            RETURN_IF_ERROR(HealRoute(path.parent_level, path.route_low, path.pid, heal_to));
+          }
           NoteChain(head);
           *out = Located{pid, head, r};
           return Status::OK();
@@ -654,6 +688,12 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
             }
           } else {
             RETURN_IF_ERROR(PostIndexEntry(1, r.redirect_key, pid, r.redirect));
+            // Right moves straight from the routed leaf past the route's
+            // low key: the route did not lead to the leaf holding it.
+            if (path.routed && (pid == path.pid || pid == heal_to) &&
+                r.redirect_key <= path.route_low) {
+              heal_to = r.redirect;
+            }
             pid = r.redirect;
           }
           Result<const PageNode*> next = llama_->Read(pid);
@@ -983,6 +1023,7 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     // system transactions leaves the sibling live) and that no parent routes
     // to them any more.
     const std::vector<PageId> merged = image.merged;
+    std::vector<PageId> parents;
     for (PageId r : merged) {
       Result<const PageNode*> sibling = llama_->Read(r);
       if (!sibling.ok()) return sibling.status().IsNotFound() ? Status::OK() : sibling.status();
@@ -991,8 +1032,12 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
         ASSIGN_OR_RETURN(bool posted, PostRemoveNode(r, *sibling));
         if (!posted) return Status::OK();  // retried by a later consolidation
       }
-      RETURN_IF_ERROR(CompleteMerge(r));
+      RETURN_IF_ERROR(CompleteMerge(r, nullptr, &parents));
     }
+    // The index-term deletes must reach the LSS before the frees: recovery
+    // keeps a prefix of it, and a durable parent routing to a freed PID
+    // would send its range to whatever page reuses it.
+    RETURN_IF_ERROR(FlushParents(parents));
     Result<const PageNode*> again = llama_->Read(pid);
     if (!again.ok()) return again.status().IsNotFound() ? Status::OK() : again.status();
     head = *again;
@@ -1544,7 +1589,31 @@ Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low,
   return LeftOutcome::kRetry;
 }
 
-Status BwTree::CompleteMerge(PageId removed, PageId* left_out) {
+Status BwTree::FlushParents(const std::vector<PageId>& parents) {
+  if (!flush_parents_before_free_) return Status::OK();
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  for (size_t i = 0; i < parents.size(); ++i) {
+    if (std::find(parents.begin(), parents.begin() + i, parents[i]) != parents.begin() + i) {
+      continue;
+    }
+    // kRaced: the page changed (a post, or another flush) between the read
+    // and the CAS, and this flush's space was voided: flush again until a
+    // state holding the deletes is written here or found already flushed (a
+    // flush that installed first reserved its record before the free's).
+    for (int attempt = 0;; ++attempt) {
+      Result<llama::FlushResult> f = llama_->Flush(parents[i], bound, bound);
+      if (!f.ok()) {
+        if (f.status().IsNotFound()) break;  // inner pages are never freed; defensive
+        return f.status();
+      }
+      if (f->outcome != llama::FlushOutcome::kRaced) break;
+      if (attempt >= kMaxAttempts) return Status::Busy("bw-tree: parent flush kept racing");
+    }
+  }
+  return Status::OK();
+}
+
+Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageId>* parents) {
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Result<const PageNode*> read = llama_->Read(removed);
     if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
@@ -1596,6 +1665,7 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out) {
       ASSIGN_OR_RETURN(bool found, FindRoute(1, key, &route));
       if (!found) continue;
       const ChildLookup& c = route.c;
+      if (parents != nullptr) parents->push_back(route.pid);
       if (c.child == removed) {
         // Find the range again either way: the next pass sees its new child.
         const std::string range_low = c.low.ToString();

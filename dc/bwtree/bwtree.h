@@ -282,6 +282,12 @@ class BwTree {
   void TEST_SetMergeHook(std::function<void(PageId removed, PageId left)> hook) {
     merge_hook_for_test_ = std::move(hook);
   }
+  // Test hook: false makes merges free pages without first flushing the
+  // parents whose routes they changed (the defect of issue 37), so tests can
+  // build the stale routes a store written before the fix may hold, and
+  // check that descents survive and repair them. Set while no other thread
+  // uses the tree.
+  void TEST_SetFlushParentsBeforeFree(bool on) { flush_parents_before_free_ = on; }
 
   ~BwTree();
 
@@ -377,6 +383,12 @@ class BwTree {
   // A parent's route at `route_low` led to `bad` (freed, removed, or not
   // holding the key): hands the range to the page just below it.
   Status RepairRoute(uint32_t parent_level, Slice route_low, PageId bad);
+  // A parent's route at `route_low` led to `from`, which does not hold
+  // `route_low`: a descent moved right from it to `to`, whose low key is at
+  // or below `route_low`. Re-points the range at `to`, so a route left
+  // stale (far left of its range, a valid but long B-link entry) heals on
+  // first use.
+  Status HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to);
   // The route for `key` at `level` (after right moves); false when the
   // descent met a stale state (the caller tries again).
   Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
@@ -399,7 +411,14 @@ class BwTree {
   // neighbour's PID in *left when one took the merge (0 if the merge was
   // already done). Folding `removed` in, and freeing it, is the neighbour's
   // next consolidation.
-  Status CompleteMerge(PageId removed, PageId* left = nullptr);
+  // `parents`, when given, receives every level-1 page whose routes over the
+  // removed page's range were checked (the pages a free must wait for).
+  Status CompleteMerge(PageId removed, PageId* left = nullptr,
+                       std::vector<PageId>* parents = nullptr);
+  // Flushes `parents` (inner pages: always flushable) before a merge's
+  // freeing transaction is reserved, so no recovered prefix of the LSS holds
+  // the free without the index-term deletes (bwtree.md, "Freeing R").
+  Status FlushParents(const std::vector<PageId>& parents);
   Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
                                         const llama::PageNode** left_head, bool* merged_in);
 
@@ -431,6 +450,7 @@ class BwTree {
   // only consolidations lost to racing writers bring it about.
   const size_t leaf_chain_hold_;
   std::function<void(PageId, PageId)> merge_hook_for_test_;  // TEST_SetMergeHook
+  bool flush_parents_before_free_ = true;  // TEST_SetFlushParentsBeforeFree
 };
 
 }  // namespace deuteron::bwtree

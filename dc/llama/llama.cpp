@@ -421,6 +421,14 @@ void Llama::FreeChainDeferred(void* llama, uint64_t head) {
   static_cast<Llama*>(llama)->DiscardChain(reinterpret_cast<PageNode*>(head));
 }
 
+void Llama::FreeNodeDeferred(void* llama, uint64_t node) {
+  static_cast<Llama*>(llama)->FreeNode(reinterpret_cast<PageNode*>(node));
+}
+
+void Llama::RetireNode(PageNode* node) {
+  epochs_->Defer(&FreeNodeDeferred, this, reinterpret_cast<uint64_t>(node), NodeBytes(node));
+}
+
 void Llama::RetireChain(const PageNode* head) {
   if (head == nullptr) return;
   epochs_->Defer(&FreeChainDeferred, this, reinterpret_cast<uint64_t>(head), ChainBytes(head));
@@ -697,7 +705,9 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
 // ---------------------------------------------------------------------------
 // Page data operations
 
-Result<const PageNode*> Llama::Read(PageId pid) {
+Result<const PageNode*> Llama::Read(PageId pid) { return ReadState(pid, /*hide_private=*/true); }
+
+Result<const PageNode*> Llama::ReadState(PageId pid, bool hide_private) {
   if (pid == 0 || pid >= mapping_->high_water()) {
     return Status::NotFound(PageName(pid) + " is not allocated");
   }
@@ -708,7 +718,18 @@ Result<const PageNode*> Llama::Read(PageId pid) {
     Touch(pid);
     if (MappingTable::IsMemory(e)) {
       const auto* n = MappingTable::ToPointer<const PageNode>(e);
-      if (n->kind != NodeKind::kPartialSwap && (n->flags & kNodeSwapped) == 0) return n;
+      if (n->kind != NodeKind::kPartialSwap && (n->flags & (kNodeSwapped | kNodePrivate)) == 0) {
+        return n;
+      }
+      // A page private to an open system transaction is no one else's to
+      // read or change: to other threads it does not exist yet (a route to
+      // its PID is stale, bwtree.md). Its owner updates it through TUpdateD.
+      if ((n->flags & kNodePrivate) != 0) {
+        if (hide_private) {
+          return Status::NotFound(PageName(pid) + " is private to a system transaction");
+        }
+        return n;
+      }
     }
     ASSIGN_OR_RETURN(const PageNode* m, Materialize(pid, e));
     if (m != nullptr) return m;
@@ -720,7 +741,9 @@ const PageNode* Llama::ReadResident(PageId pid) {
   const uint64_t e = mapping_->Load(pid);
   if (!MappingTable::IsMemory(e)) return nullptr;
   const auto* n = MappingTable::ToPointer<const PageNode>(e);
-  if (n->kind == NodeKind::kPartialSwap || (n->flags & kNodeSwapped) != 0) return nullptr;
+  if (n->kind == NodeKind::kPartialSwap || (n->flags & (kNodeSwapped | kNodePrivate)) != 0) {
+    return nullptr;
+  }
   Touch(pid);
   return n;
 }
@@ -780,7 +803,7 @@ uint64_t EffectiveBound(bool has_flush, uint64_t chain_bound, uint64_t max_tag) 
 }  // namespace
 
 Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotation) {
-  ASSIGN_OR_RETURN(const PageNode* head, Read(pid));
+  ASSIGN_OR_RETURN(const PageNode* head, ReadState(pid, /*hide_private=*/false));
   if (head == nullptr) return FlushResult{};
   {
     // A page private to an open system transaction is its commit's to write.
@@ -1053,7 +1076,10 @@ Result<bool> Llama::TUpdateD(SystemTxn* txn, PageId pid, const PageNode* expecte
     return Status::InvalidArgument("system transaction updates only pages it allocated; " +
                                    PageName(pid) + " is not one");
   }
-  return UpdateD(pid, expected, delta);
+  delta->flags |= kNodePrivate;  // Read hides the page until the commit
+  if (UpdateD(pid, expected, delta)) return true;
+  delta->flags &= static_cast<uint8_t>(~kNodePrivate);
+  return false;
 }
 
 namespace {
@@ -1133,6 +1159,7 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
                                                            : nullptr));
   }
   if (final_delta != nullptr) RETURN_IF_ERROR(plan_page(pid, final_delta));
+  if (after_plan_for_test_) after_plan_for_test_(txn->allocated_);
 
   // Reserve one transaction record holding every inner record.
   size_t inner = RecordSpan(0) * (txn->allocated_.size() + txn->freed_.size());
@@ -1153,20 +1180,31 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     f->annotation = annotation;
     f->next = const_cast<PageNode*>(plan.head);
     f->base_hint = BaseHintBelow(plan.head);
+    if (plan.pid != pid) f->flags = kNodePrivate;  // a private page stays hidden
     plan.flush = f;
     at = f->end;
   }
 
   // Install the flush nodes on the private pages, then the final update: the
-  // commit point. Undo the private installs if the final CAS fails.
+  // commit point. Undo the private installs if the final CAS fails. An
+  // installed flush node was visible to LLAMA's own walkers of the mapping
+  // table (Flush, SwapOut, the evictor, checkpoints, the cleaner), which load
+  // a head before they check the active transaction table: it is retired
+  // through the epoch, never freed at once. Only the commit changes a private
+  // page (Read hides it from everyone else, and those walkers skip it), so the
+  // undo CAS cannot fail.
   auto undo = [&](size_t installed) {
-    for (size_t i = 0; i < installed; ++i) {
-      uint64_t e = MappingTable::FromPointer(plans[i].flush);
-      const bool ok = mapping_->Cas(plans[i].pid, e, plans[i].installed_over);
-      assert(ok && "private page changed under its system transaction");
-      (void)ok;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (i < installed) {
+        uint64_t e = MappingTable::FromPointer(plans[i].flush);
+        const bool ok = mapping_->Cas(plans[i].pid, e, plans[i].installed_over);
+        assert(ok && "private page changed under its system transaction");
+        (void)ok;
+        RetireNode(plans[i].flush);
+      } else {
+        FreeNode(plans[i].flush);
+      }
     }
-    for (PagePlan& plan : plans) FreeNode(plan.flush);
   };
   size_t installed = 0;
   for (PagePlan& plan : plans) {
@@ -1186,7 +1224,8 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     uint64_t e = expected != nullptr ? MappingTable::FromPointer(expected) : MappingTable::kEmptyPage;
     const uint64_t desired = final_planned ? MappingTable::FromPointer(plans.back().flush)
                                            : MappingTable::FromPointer(final_delta);
-    if (!mapping_->Cas(pid, e, desired)) {
+    const bool fault = commit_fault_for_test_ && commit_fault_for_test_(pid);
+    if (fault || !mapping_->Cas(pid, e, desired)) {
       undo(installed);
       lss_->Void(r);
       if (replace) {
@@ -1198,6 +1237,22 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
       return false;
     }
     if (replace) RetireChain(expected);
+  }
+  // Committed: the new pages become readable. Each private head (the flush
+  // node installed above) is replaced by an unmarked copy, as the final CAS
+  // just linked the pages in; readers that meet them before this see
+  // NotFound and start over. Still private (in the active transaction
+  // table), so no other thread changes them and each CAS succeeds.
+  for (PagePlan& plan : plans) {
+    if (plan.pid == pid) continue;
+    FlushNode* pub = NewFlushNode(NodeKind::kFlush);
+    *pub = *plan.flush;
+    pub->flags = 0;
+    uint64_t e = MappingTable::FromPointer(plan.flush);
+    const bool ok = mapping_->Cas(plan.pid, e, MappingTable::FromPointer(pub));
+    assert(ok && "private page changed under its system transaction");
+    (void)ok;
+    RetireNode(plan.flush);
   }
 
   // Committed in memory; copy the records (LLAMA 5.3.1).

@@ -144,7 +144,9 @@ class Llama {
 
   // The page's current state, newest node first, brought in from the LSS if
   // it is not in memory (or only partly). Null for an allocated page that has
-  // no state yet; NotFound for a PID that is not allocated.
+  // no state yet; NotFound for a PID that is not allocated, or that is
+  // private to an open system transaction (its owner updates it through
+  // TUpdateD and never reads it here: a route that reaches it is stale).
   Result<const PageNode*> Read(PageId pid);
   // The page's head when its whole state is in memory (what Read returns
   // without any work); null otherwise: not allocated, empty, on the LSS or
@@ -303,6 +305,20 @@ class Llama {
   void TEST_SetUpdateRFault(std::function<bool(PageId)> fault) {
     update_r_fault_for_test_ = std::move(fault);
   }
+  // Test hook: a TCommit or TCommitReplace whose final page `fault` returns
+  // true for fails at its commit point as if another thread's change had won
+  // the CAS: after its flush nodes went onto its private pages, which the
+  // hook may read from the mapping table. Set before other threads use the
+  // cache.
+  void TEST_SetCommitFault(std::function<bool(PageId)> fault) {
+    commit_fault_for_test_ = std::move(fault);
+  }
+  // Test hook: runs in every commit after it planned its pages and before it
+  // reserves its record, with the PIDs the transaction allocated (where a
+  // preempted committer stalls). Set while no commit runs.
+  void TEST_SetAfterPlan(std::function<void(const std::vector<PageId>&)> hook) {
+    after_plan_for_test_ = std::move(hook);
+  }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -366,7 +382,14 @@ class Llama {
   void EndTransaction(SystemTxn* txn);
 
   FlushNode* NewFlushNode(NodeKind kind);
+  // Read; private pages too when !hide_private (LLAMA's own flushes).
+  Result<const PageNode*> ReadState(PageId pid, bool hide_private);
+
   void FreeNode(PageNode* node);
+  // Frees one node that was published (other threads may hold it) after the
+  // epoch, leaving the nodes below it alone.
+  void RetireNode(PageNode* node);
+  static void FreeNodeDeferred(void* llama, uint64_t node);
   void RetireChain(const PageNode* head);
   static void FreeChainDeferred(void* llama, uint64_t head);
   size_t ChainBytes(const PageNode* head) const;
@@ -410,6 +433,8 @@ class Llama {
   bool closed_ = false;
   std::function<void()> before_frees_for_test_;
   std::function<bool(PageId)> update_r_fault_for_test_;
+  std::function<void(const std::vector<PageId>&)> after_plan_for_test_;
+  std::function<bool(PageId)> commit_fault_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

@@ -35,8 +35,13 @@ enum class NodeKind : uint8_t {
   kPartialSwap = 5,  // end of chain: the flushed part of the page is in the LSS
 };
 
-// Flags on data nodes.
-constexpr uint8_t kNodeSwapped = 1;  // copy made by a partial swap-out
+// Flags on nodes.
+constexpr uint8_t kNodeSwapped = 1;  // data: copy made by a partial swap-out
+// Any kind: installed on a page private to an open system transaction (its
+// TUpdateD nodes and its commit's flush nodes). Read hides a page whose head
+// carries it; a successful commit replaces such a head by an unmarked copy
+// before the transaction leaves the active transaction table.
+constexpr uint8_t kNodePrivate = 2;
 
 struct PageNode {
   NodeKind kind;

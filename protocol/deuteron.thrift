@@ -27,6 +27,9 @@ enum ErrorCode {
   SHUTTING_DOWN = 16,
   INTERNAL = 17,
   ALREADY_EXISTS = 18,
+  // The call carries a TC incarnation older than the DC's: a later restartTo
+  // fenced it off (see DcReady.incarnation).
+  STALE_INCARNATION = 19,
 }
 
 // Every service call that can fail throws this; `code` says why.

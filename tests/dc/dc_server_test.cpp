@@ -336,6 +336,46 @@ TEST_CASE("Pipelined calls on one connection run in arrival order", "[dc][server
   }
 }
 
+// A TC that dies leaves requests queued on its connection; run after a new
+// TC's restartTo, they would redo what the restart dropped. The server drops
+// them when the connection closes: only the call already running finishes.
+TEST_CASE("A closed connection's queued requests are dropped, not run", "[dc][server]") {
+  Served s;
+  s.fake.BlockRssp();
+  RawSocket raw = s.Raw();
+  proto::DataComponentService_proposeRssp_args rssp;
+  rssp.rssp = 1;
+  proto::DataComponentService_apply_args apply;
+  proto::RecordOp op;
+  op.kind = proto::RecordOpKind::UPSERT;
+  op.key = "late";
+  op.value = "v";
+  op.lsn = 5;
+  apply.request.ops.push_back(op);
+  apply.request.esl = 7;
+  proto::DataComponentService_setEsl_args esl;
+  esl.esl = 9;
+  // One write: the RSSP runs (and blocks), the other two queue behind it.
+  REQUIRE(raw.WriteAll(Frame(EncodeCall("proposeRssp", 1, rssp)) +
+                       Frame(EncodeCall("apply", 2, apply)) +
+                       Frame(EncodeCall("setEsl", 3, esl))));
+  s.fake.WaitForBlockedRssp(1);
+  raw.Close();
+  CHECK(s.WaitConnections(0));  // closed while its call still runs
+  s.fake.UnblockRssp();
+  // Give a server that (wrongly) runs what was queued the time to do it.
+  for (int i = 0; i < 40 && s.fake.esl() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  s.server.Stop();  // waits for the call in progress: nothing can run later
+  CHECK(s.fake.esl() == 0);
+  Result<DcStats> stats = s.fake.GetStats();
+  REQUIRE(stats.ok());
+  CHECK(stats->rssp_proposals == 1);
+  CHECK(stats->applies == 0);
+  CHECK(!s.fake.Get(Slice("late"))->found);
+}
+
 TEST_CASE("A blocked RSSP holds neither other connections nor the server", "[dc][server]") {
   Served s;
   auto dc = s.Client(/*max_connections=*/2);

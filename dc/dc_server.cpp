@@ -89,7 +89,8 @@ class Handler final : public proto::DataComponentServiceIf {
     std::vector<RecordOp> ops;
     uint64_t esl = 0;
     Check(proto::FromWireApply(request, &ops, &esl));
-    out = proto::ToWire(Value(dc_->Apply(ops, esl)));
+    const uint64_t incarnation = Value(proto::FromWireLsn(request.incarnation, "incarnation"));
+    out = proto::ToWire(Value(dc_->Apply(ops, esl, incarnation)));
   }
 
   void get(proto::ReadResult& out, const std::string& key) override {
@@ -109,12 +110,14 @@ class Handler final : public proto::DataComponentServiceIf {
     out = proto::ToWire(Value(dc_->Scan(r)));
   }
 
-  void setEsl(const int64_t esl) override {
-    Check(dc_->SetEsl(Value(proto::FromWireLsn(esl, "ESL"))));
+  void setEsl(const int64_t esl, const int64_t incarnation) override {
+    Check(dc_->SetEsl(Value(proto::FromWireLsn(esl, "ESL")),
+                      Value(proto::FromWireLsn(incarnation, "incarnation"))));
   }
 
-  void proposeRssp(const int64_t rssp) override {
-    Check(dc_->ProposeRssp(Value(proto::FromWireLsn(rssp, "RSSP"))));
+  void proposeRssp(const int64_t rssp, const int64_t incarnation) override {
+    Check(dc_->ProposeRssp(Value(proto::FromWireLsn(rssp, "RSSP")),
+                           Value(proto::FromWireLsn(incarnation, "incarnation"))));
   }
 
   void restartTo(proto::DcReady& out, const int64_t stable_end) override {

@@ -110,7 +110,7 @@ TEST_CASE("deuteron dc serves, and shuts down cleanly on SIGTERM and SIGINT", "[
     ops.push_back({RecordOpKind::kUpsert, "alpha", "1", 10});
     ops.push_back({RecordOpKind::kUpsert, "beta", "2", 11});
     ops.push_back({RecordOpKind::kUpsert, "gamma", "3", 12});  // above the ESL
-    Result<ApplyResult> applied = dc->Apply(ops, 11);
+    Result<ApplyResult> applied = dc->Apply(ops, 11, 0);
     REQUIRE(applied.ok());
     CHECK(applied->applied == 3);
     Result<ReadResult> got = dc->Get("gamma");

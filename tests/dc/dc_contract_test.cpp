@@ -225,6 +225,13 @@ void CheckBetween(DataComponent* dc, const std::vector<Op>& ops, uint64_t rssp, 
   }
 }
 
+// The binding `kind`, its FaultInjectionEnv seeded with `seed`.
+std::unique_ptr<DcHarness> HarnessFor(const std::string& kind, uint64_t seed) {
+  HarnessConfig config;
+  config.seed = seed;
+  return MakeHarness(kind, config);
+}
+
 DcHealth HealthOf(DataComponent* dc) {
   Result<DcHealth> h = dc->Health();
   REQUIRE(h.ok());
@@ -394,9 +401,7 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   const std::string k = KeyName(3);
   auto apply = [&](RecordOpKind op_kind, const std::string& key, uint64_t lsn) {
@@ -457,9 +462,7 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
   const uint64_t seed = fixed != 0 ? fixed : TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   constexpr uint64_t kKeys = 60;
 
   SECTION("all below the stable end durable: the old values come back") {
@@ -533,9 +536,7 @@ TEST_CASE("DC contract: a superseded TC incarnation is fenced off", "[dc][contra
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   constexpr uint64_t kKeys = 60;
   constexpr uint64_t kStableEnd = 200;
   CHECK(HealthOf(h->dc()).incarnation == 0);  // no restart-to yet
@@ -601,9 +602,7 @@ TEST_CASE("DC contract: a restarted DC reports its RSSP and durable bound", "[dc
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DcHealth health = HealthOf(h->dc());
   CHECK(health.state == DcState::kServing);
   CHECK(health.rssp == 0);
@@ -781,9 +780,7 @@ TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   constexpr uint64_t kKeys = 50;
   constexpr uint64_t kEsl = uint64_t{1} << 40;  // every LSN below: restarts to it are valid
@@ -873,9 +870,7 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
   const std::string kind = GENERATE(from_range(HarnessKinds()));
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   constexpr int kThreads = 3;
   constexpr uint64_t kKeys = 40;

@@ -341,6 +341,30 @@ TEST_CASE("Pipelined calls on one connection run in arrival order", "[dc][server
   }
 }
 
+TEST_CASE("Incarnations on the wire: stale is typed, negative is invalid", "[dc][server]") {
+  Served s;
+  RawSocket raw = s.Raw();
+  auto set_esl = [&](int32_t seqid, int64_t esl, int64_t incarnation) {
+    proto::DataComponentService_setEsl_args args;
+    args.esl = esl;
+    args.incarnation = incarnation;
+    REQUIRE(raw.WriteAll(Frame(EncodeCall("setEsl", seqid, args))));
+    auto payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const auto r = DecodeReply<proto::DataComponentService_setEsl_result>(*payload);
+    CHECK(r.seqid == seqid);
+    CHECK(r.type == thrift::protocol::T_REPLY);
+    return r.result.__isset.error ? r.result.error.code : proto::ErrorCode::OK;
+  };
+  CHECK(set_esl(1, 5, 0) == proto::ErrorCode::OK);  // a fresh DC: incarnation 0
+  CHECK(set_esl(2, 5, -1) == proto::ErrorCode::INVALID_ARGUMENT);
+  REQUIRE(s.fake.RestartTo(5).ok());
+  CHECK(set_esl(3, 6, 0) == proto::ErrorCode::STALE_INCARNATION);
+  CHECK(set_esl(4, 6, 2) == proto::ErrorCode::INVALID_ARGUMENT);
+  CHECK(set_esl(5, 6, 1) == proto::ErrorCode::OK);
+  CHECK(s.fake.esl() == 6);
+}
+
 // A TC that dies leaves requests queued on its connection; run after a new
 // TC's restartTo, they would redo what the restart dropped. The server drops
 // them when the connection closes: only the call already running finishes.

@@ -142,7 +142,8 @@ Phase ApplyPhase(DataComponent* target, const DataSet& data, size_t batch, int t
         ops.push_back(RecordOp{RecordOpKind::kUpsert, data.key(j), data.value(j), j + 1});
       }
       const uint64_t t0 = NowNanos();
-      Result<ApplyResult> r = target->Apply(ops, ops.back().lsn);
+      // A fresh store no restart-to has run on: incarnation 0.
+      Result<ApplyResult> r = target->Apply(ops, ops.back().lsn, /*incarnation=*/0);
       h->Record(NowNanos() - t0);
       if (!r.ok()) {
         ++tally->errors;

@@ -28,6 +28,7 @@ std::string_view CodeName(Code code) {
     case Code::kShuttingDown: return "ShuttingDown";
     case Code::kInternal: return "Internal";
     case Code::kAlreadyExists: return "AlreadyExists";
+    case Code::kStaleIncarnation: return "StaleIncarnation";
     case Code::kMaxCode: break;
   }
   return "UnknownCode";

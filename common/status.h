@@ -46,7 +46,8 @@ enum class Code : uint8_t {
   kShuttingDown = 16,
   kInternal = 17,         // an invariant failed; a bug, reported not crashed
   kAlreadyExists = 18,    // an insert found the key present
-  kMaxCode = 19,
+  kStaleIncarnation = 19, // a call from a TC incarnation a later restart-to fenced off
+  kMaxCode = 20,
 };
 
 // Stable name of a code ("NotFound"), for messages and stats.
@@ -82,6 +83,7 @@ class [[nodiscard]] Status {
   static Status ShuttingDown(std::string_view msg) { return {Code::kShuttingDown, msg}; }
   static Status Internal(std::string_view msg) { return {Code::kInternal, msg}; }
   static Status AlreadyExists(std::string_view msg) { return {Code::kAlreadyExists, msg}; }
+  static Status StaleIncarnation(std::string_view msg) { return {Code::kStaleIncarnation, msg}; }
 
   // An I/O failure from errno `err` while doing `context` (a path, an
   // operation). ENOSPC and EDQUOT become kNoSpace, everything else kIOError.
@@ -97,6 +99,7 @@ class [[nodiscard]] Status {
   bool IsInvalidArgument() const { return code() == Code::kInvalidArgument; }
   bool IsUnavailable() const { return code() == Code::kUnavailable; }
   bool IsAlreadyExists() const { return code() == Code::kAlreadyExists; }
+  bool IsStaleIncarnation() const { return code() == Code::kStaleIncarnation; }
 
   // The message alone (empty for OK).
   std::string_view message() const;

@@ -15,7 +15,8 @@ namespace {
 constexpr size_t kMagicOffset = 0;
 constexpr size_t kVersionOffset = 8;
 constexpr size_t kRsspOffset = 16;
-constexpr size_t kCrcOffset = 28;  // over every byte before it
+constexpr size_t kIncarnationOffset = 24;  // version 2; zero (reserved) in version 1
+constexpr size_t kCrcOffset = 28;          // over every byte before it
 static_assert(kCrcOffset + 4 == kDcMetaSize);
 
 }  // namespace
@@ -25,6 +26,7 @@ std::string EncodeDcMeta(const DcMeta& meta) {
   EncodeFixed64(&out[kMagicOffset], kDcMetaMagic);
   EncodeFixed32(&out[kVersionOffset], kDcMetaVersion);
   EncodeFixed64(&out[kRsspOffset], meta.rssp);
+  EncodeFixed32(&out[kIncarnationOffset], static_cast<uint32_t>(meta.incarnation));
   EncodeFixed32(&out[kCrcOffset], crc32c::Mask(crc32c::Value(out.data(), kCrcOffset)));
   return out;
 }
@@ -47,7 +49,12 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
     return Status::NotSupported("dc.meta: format version " + std::to_string(version) +
                                 " is newer than this build's " + std::to_string(kDcMetaVersion));
   }
-  return DcMeta{DecodeFixed64(p + kRsspOffset)};
+  DcMeta meta;
+  meta.rssp = DecodeFixed64(p + kRsspOffset);
+  // Version 1 predates incarnations: no restart-to was ever fenced, which
+  // incarnation 0 says.
+  if (version >= 2) meta.incarnation = DecodeFixed32(p + kIncarnationOffset);
+  return meta;
 }
 
 Dc::Dc(Env* env, std::string dir, DcOptions options)
@@ -73,13 +80,15 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   }
   const uint64_t durable = dc->MaxDurable();
   dc->rssp_.store(meta->rssp, std::memory_order_release);
+  dc->incarnation_.store(meta->incarnation, std::memory_order_release);
   // Every durable bound was an ESL the TC had made durable, and an
   // acknowledged RSSP never exceeds ESL + 1.
   dc->esl_.store(std::max(durable, meta->rssp == 0 ? 0 : meta->rssp - 1),
                  std::memory_order_release);
   dc->ready_durable_.store(durable, std::memory_order_relaxed);
   dc->last_durable_.store(durable, std::memory_order_relaxed);
-  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}", dir, meta->rssp, durable);
+  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}", dir, meta->rssp, durable,
+            meta->incarnation);
   return dc;
 }
 
@@ -152,14 +161,32 @@ uint64_t Dc::MaxDurable() const { return llama_ != nullptr ? llama_->MaxAnnotati
 
 DcReady Dc::ready() const {
   return DcReady{rssp_.load(std::memory_order_acquire),
-                 ready_durable_.load(std::memory_order_relaxed)};
+                 ready_durable_.load(std::memory_order_relaxed),
+                 incarnation_.load(std::memory_order_acquire)};
+}
+
+Status Dc::CheckIncarnation(uint64_t incarnation, const char* call) const {
+  const uint64_t current = incarnation_.load(std::memory_order_acquire);
+  if (incarnation == current) return Status::OK();
+  if (incarnation < current) {
+    return Status::StaleIncarnation(std::string(call) + ": TC incarnation " +
+                                    std::to_string(incarnation) + " was superseded by " +
+                                    std::to_string(current) + " (a later restart-to)");
+  }
+  return Status::InvalidArgument(std::string(call) + ": TC incarnation " +
+                                 std::to_string(incarnation) +
+                                 " was never started here (current " + std::to_string(current) +
+                                 ")");
 }
 
 // ---- Record operations ----------------------------------------------------------
 
-Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl) {
+Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  // The hold keeps a RestartTo (and so a new incarnation) out until the
+  // batch is done: a batch checked here is wholly before the restart.
+  RETURN_IF_ERROR(CheckIncarnation(incarnation, "apply"));
   applies_.fetch_add(1, std::memory_order_relaxed);
   if (esl != 0) AdvanceEsl(esl);
   if (ops.size() > options_.max_batch_ops) {
@@ -265,16 +292,18 @@ Result<ScanResult> Dc::Scan(const ScanRequest& request) {
 
 // ---- Control operations ---------------------------------------------------------
 
-Status Dc::SetEsl(uint64_t esl) {
+Status Dc::SetEsl(uint64_t esl, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  RETURN_IF_ERROR(CheckIncarnation(incarnation, "set-esl"));
   AdvanceEsl(esl);
   return Status::OK();
 }
 
-Status Dc::ProposeRssp(uint64_t rssp) {
+Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  RETURN_IF_ERROR(CheckIncarnation(incarnation, "propose-rssp"));
   rssp_proposals_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(rssp_mu_);
   const uint64_t esl = esl_.load(std::memory_order_acquire);
@@ -291,7 +320,7 @@ Status Dc::ProposeRssp(uint64_t rssp) {
   RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
   last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
   if (rssp > rssp_.load(std::memory_order_relaxed)) {
-    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp}));
+    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp, incarnation}));
     // Only now may consolidation purge tombstones below it.
     rssp_.store(rssp, std::memory_order_release);
   }
@@ -317,6 +346,17 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   state_.store(DcState::kRestarting);
   // New calls now see kRestarting; calls inside finish before this returns.
   std::unique_lock<std::shared_mutex> gate(gate_);
+  // The new incarnation is durable before anything changes, so that no call
+  // of an older one is accepted again, after a crash of this DC included.
+  const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed) + 1;
+  Status fenced = incarnation > kMaxIncarnation
+                      ? Status::NotSupported("restart-to: out of TC incarnations")
+                      : WriteMeta(DcMeta{rssp_.load(std::memory_order_relaxed), incarnation});
+  if (!fenced.ok()) {
+    if (tree_ != nullptr) state_.store(DcState::kServing);  // nothing was dropped
+    return fenced.WithContext("restart-to " + std::to_string(stable_end));
+  }
+  incarnation_.store(incarnation, std::memory_order_release);
   // Drop the cache: nothing new is flushed (what the LSS holds is what the
   // ESL allowed), no checkpoint is needed.
   Status s = CloseStore(/*clean=*/false);
@@ -333,9 +373,9 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   ready_durable_.store(durable, std::memory_order_relaxed);
   restarts_.fetch_add(1, std::memory_order_relaxed);
   state_.store(DcState::kServing);
-  DLOG_INFO("dc {}: restarted to {}, rssp {}, max durable lsn {}", dir_, stable_end,
-            rssp_.load(), durable);
-  return DcReady{rssp_.load(std::memory_order_acquire), durable};
+  DLOG_INFO("dc {}: restarted to {}, rssp {}, max durable lsn {}, incarnation {}", dir_,
+            stable_end, rssp_.load(), durable, incarnation);
+  return DcReady{rssp_.load(std::memory_order_acquire), durable, incarnation};
 }
 
 Status Dc::Close() {
@@ -376,6 +416,7 @@ Result<DcHealth> Dc::Health() {
   DcHealth h;
   h.esl = esl_.load(std::memory_order_acquire);
   h.rssp = rssp_.load(std::memory_order_acquire);
+  h.incarnation = incarnation_.load(std::memory_order_acquire);
   std::shared_lock<std::shared_mutex> hold;
   Status s = Enter(&hold);
   h.state = s.ok() ? DcState::kServing : state_.load();

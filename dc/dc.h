@@ -17,6 +17,8 @@
 //    the acknowledged RSSP may then be purged.
 //  - Restart-to: drops the cache and recovers from the LSS, which holds
 //    nothing above the ESL, and takes the TC's stable end as its ESL.
+//  - The incarnation fence: RestartTo starts a new TC incarnation, kept in
+//    dc.meta; Apply, SetEsl and ProposeRssp from any other are refused.
 //
 // Thread safety: every method is thread-safe. While RestartTo runs, record
 // calls and the other control calls return Unavailable (they never block on
@@ -60,17 +62,21 @@ struct DcOptions {
   size_t max_multiget_keys = 65536;
 };
 
-// The file in the store directory that holds the last acknowledged RSSP.
+// The file in the store directory that holds the last acknowledged RSSP and
+// the current TC incarnation.
 inline constexpr char kDcMetaFileName[] = "dc.meta";
 inline constexpr char kDcMetaTempFileName[] = "dc.meta.tmp";
 inline constexpr uint64_t kDcMetaMagic = 0x544D43444E525444ull;  // "DTRNDCMT"
-inline constexpr uint32_t kDcMetaVersion = 1;
+inline constexpr uint32_t kDcMetaVersion = 2;  // 1: no incarnation (read as 0)
 inline constexpr size_t kDcMetaSize = 32;
 
 // dc.meta's content; encoded as dc/dc.md says.
 struct DcMeta {
   uint64_t rssp = 0;
+  uint64_t incarnation = 0;  // REQUIRES: <= kMaxIncarnation to encode
 };
+// dc.meta holds the incarnation in 32 bits; RestartTo refuses to go past it.
+inline constexpr uint64_t kMaxIncarnation = UINT32_MAX;
 std::string EncodeDcMeta(const DcMeta& meta);
 // Corruption for a bad size, magic or checksum; NotSupported for a newer
 // version.
@@ -93,19 +99,23 @@ class Dc final : public DataComponent {
   // calls return ShuttingDown. Idempotent.
   Status Close();
 
-  // Where the DC stood after Open or the last RestartTo.
+  // Where the DC stood after Open or the last RestartTo (with the current
+  // incarnation).
   DcReady ready() const;
 
   // ---- DataComponent ----
-  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl) override;
+  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl,
+                            uint64_t incarnation) override;
   Result<ReadResult> Get(Slice key) override;
   Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override;
   Result<ScanResult> Scan(const ScanRequest& request) override;
-  Status SetEsl(uint64_t esl) override;
-  Status ProposeRssp(uint64_t rssp) override;
+  Status SetEsl(uint64_t esl, uint64_t incarnation) override;
+  Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override;
   // Also InvalidArgument when `stable_end` is below max_durable_lsn: the LSS
   // then holds operations the TC says are not stable, which cannot be undone
-  // (a TC that lost its log, or another TC's).
+  // (a TC that lost its log, or another TC's). The new incarnation is in
+  // dc.meta before anything is dropped; if writing it fails, RestartTo
+  // returns that error and the DC goes on serving the old one.
   Result<DcReady> RestartTo(uint64_t stable_end) override;
   Result<DcStats> GetStats() override;
   Result<DcHealth> Health() override;
@@ -132,6 +142,9 @@ class Dc final : public DataComponent {
   // while restarting, ShuttingDown once closed.
   Status Enter(std::shared_lock<std::shared_mutex>* hold);
   void AdvanceEsl(uint64_t esl);
+  // OK when `incarnation` is the current one; StaleIncarnation when older,
+  // InvalidArgument when newer. REQUIRES: a hold on gate_.
+  Status CheckIncarnation(uint64_t incarnation, const char* call) const;
   // Writes dc.meta atomically (temp file, sync, rename, sync directory).
   Status WriteMeta(const DcMeta& meta);
   Result<DcMeta> ReadMeta();
@@ -157,6 +170,9 @@ class Dc final : public DataComponent {
   // the tree's and the evictor's bound callbacks on any thread.
   std::atomic<uint64_t> esl_{0};
   std::atomic<uint64_t> rssp_{0};
+  // The current TC incarnation: written only under gate_ held exclusively
+  // (Open, RestartTo), after dc.meta holds it; atomic for Health.
+  std::atomic<uint64_t> incarnation_{0};
   // max_durable_lsn as of Open / the last RestartTo (for ready()), and the
   // latest seen (for Health while the store is unavailable).
   std::atomic<uint64_t> ready_durable_{0};

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include <poll.h>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 #include <thrift/TApplicationException.h>
@@ -87,7 +89,8 @@ class Handler final : public proto::DataComponentServiceIf {
     std::vector<RecordOp> ops;
     uint64_t esl = 0;
     Check(proto::FromWireApply(request, &ops, &esl));
-    out = proto::ToWire(Value(dc_->Apply(ops, esl)));
+    const uint64_t incarnation = Value(proto::FromWireLsn(request.incarnation, "incarnation"));
+    out = proto::ToWire(Value(dc_->Apply(ops, esl, incarnation)));
   }
 
   void get(proto::ReadResult& out, const std::string& key) override {
@@ -107,12 +110,14 @@ class Handler final : public proto::DataComponentServiceIf {
     out = proto::ToWire(Value(dc_->Scan(r)));
   }
 
-  void setEsl(const int64_t esl) override {
-    Check(dc_->SetEsl(Value(proto::FromWireLsn(esl, "ESL"))));
+  void setEsl(const int64_t esl, const int64_t incarnation) override {
+    Check(dc_->SetEsl(Value(proto::FromWireLsn(esl, "ESL")),
+                      Value(proto::FromWireLsn(incarnation, "incarnation"))));
   }
 
-  void proposeRssp(const int64_t rssp) override {
-    Check(dc_->ProposeRssp(Value(proto::FromWireLsn(rssp, "RSSP"))));
+  void proposeRssp(const int64_t rssp, const int64_t incarnation) override {
+    Check(dc_->ProposeRssp(Value(proto::FromWireLsn(rssp, "RSSP")),
+                           Value(proto::FromWireLsn(incarnation, "incarnation"))));
   }
 
   void restartTo(proto::DcReady& out, const int64_t stable_end) override {
@@ -299,6 +304,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Close(const char* why) {
     if (closed_) return;
     closed_ = true;
+    gone_.store(true, std::memory_order_relaxed);
+    if (!queue_.empty()) {
+      DLOG_DEBUG("DC server: connection {}: dropping {} queued requests", id_, queue_.size());
+    }
+    queue_.clear();  // never run: their client is gone (a previous TC, say)
+    queued_bytes_ = 0;
     DLOG_DEBUG("DC server: closing connection {}: {}", id_, why);
     boost::system::error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
@@ -309,6 +320,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   size_t PendingOut() const { return outbuf_.size() + wbuf_.size(); }
+
+  // Whether the peer has closed or reset the connection, seen without
+  // reading: while backpressure pauses reading, an end of stream behind the
+  // unread requests would otherwise wait until they had all run.
+  bool PeerGone() {
+    pollfd p{};
+    p.fd = socket_.native_handle();
+    p.events = POLLRDHUP;
+    return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
 
   bool CanRead() const {
     return !closed_ && !reading_ && !peer_eof_ && queue_.size() < kMaxQueuedFrames &&
@@ -335,8 +356,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                   inbuf_.size());
         inbuf_.clear();
       }
-      peer_eof_ = true;  // answer what was asked, then close
-      MaybeFinish();
+      // The client is gone (a half-close counts as gone): what it queued is
+      // dropped, not run on behalf of a client that may have been replaced.
+      Close("peer closed");
       return;
     }
     last_activity_ = Clock::now();
@@ -376,6 +398,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // and replies in arrival order).
   void MaybeDispatch() {
     if (closed_ || busy_ || queue_.empty() || PendingOut() > max_frame_) return;
+    if (!reading_ && !peer_eof_ && PeerGone()) {
+      Close("peer closed");  // noticed while reading was paused
+      return;
+    }
     busy_ = true;
     auto payload = std::make_shared<std::string>(std::move(queue_.front()));
     queue_.pop_front();
@@ -384,11 +410,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       // Posted, not run here, so that a burst of pipelined reads still lets
       // the strand's reads and writes in between them.
       asio::post(strand_, [self = shared_from_this(), payload] {
+        if (self->closed_) return;  // closed since: not run
         self->OnProcessed(self->server_->Process(*payload));
       });
       return;
     }
     asio::post(server_->workers(), [self = shared_from_this(), payload] {
+      if (self->gone_.load(std::memory_order_relaxed)) return;  // closed while queued
       std::optional<std::string> reply = self->server_->Process(*payload);
       asio::post(self->strand_, [self, reply = std::move(reply)]() mutable {
         self->OnProcessed(std::move(reply));
@@ -494,11 +522,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool busy_ = false;               // a request is on a worker
   bool writing_ = false;
-  bool peer_eof_ = false;
+  bool peer_eof_ = false;           // a bad frame header: read no more, answer, close
   // After a bad frame header: the last reply, sent once the requests before
   // it are answered; then the connection closes.
   std::optional<std::string> final_reply_;
   bool closed_ = false;
+  // closed_ for the workers: a request handed to one after the close is not run.
+  std::atomic<bool> gone_{false};
   Clock::time_point last_activity_;
 };
 

@@ -19,7 +19,12 @@
 // Per connection: frames are read as they arrive (several may come in one
 // read: pipelining) and queued; requests run one at a time in arrival order
 // and replies go out in that order. Reading pauses while too much is queued
-// or unsent (backpressure). A frame over max_frame_size, a zero-length
+// or unsent (backpressure). When the peer closes (end of stream, a
+// half-close included, or a reset), the connection closes at once and the
+// requests queued on it are dropped unanswered: only a call already running
+// finishes, its reply discarded. So nothing a crashed TC left queued runs
+// after it is gone (the incarnation fence, protocol/protocol.md, covers what
+// was already running). A frame over max_frame_size, a zero-length
 // frame, or a connection idle past idle_timeout closes that connection only.
 // A well-framed request whose payload does not decode (bad bytes, a string
 // or container over its limit, an unknown method) gets an error reply and

@@ -189,11 +189,13 @@ DcReady ToWire(const ::deuteron::DcReady& r) {
   DcReady w;
   w.__set_rssp(Counter(r.rssp));
   w.__set_max_durable_lsn(Counter(r.max_durable_lsn));
+  w.__set_incarnation(Counter(r.incarnation));
   return w;
 }
 
 ::deuteron::DcReady FromWire(const DcReady& w) {
-  return ::deuteron::DcReady{Counter(w.rssp), Counter(w.max_durable_lsn)};
+  return ::deuteron::DcReady{Counter(w.rssp), Counter(w.max_durable_lsn),
+                             Counter(w.incarnation)};
 }
 
 DcHealth ToWire(const ::deuteron::DcHealth& r) {
@@ -202,6 +204,7 @@ DcHealth ToWire(const ::deuteron::DcHealth& r) {
   w.__set_esl(Counter(r.esl));
   w.__set_rssp(Counter(r.rssp));
   w.__set_max_durable_lsn(Counter(r.max_durable_lsn));
+  w.__set_incarnation(Counter(r.incarnation));
   return w;
 }
 
@@ -224,6 +227,7 @@ Result<::deuteron::DcHealth> FromWire(const DcHealth& w) {
   r.esl = Counter(w.esl);
   r.rssp = Counter(w.rssp);
   r.max_durable_lsn = Counter(w.max_durable_lsn);
+  r.incarnation = Counter(w.incarnation);
   return r;
 }
 

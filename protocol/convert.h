@@ -52,8 +52,8 @@ ScanRequest ToWireScan(const ::deuteron::ScanRequest& request);
 // InvalidArgument on a negative limit.
 Result<::deuteron::ScanRequest> FromWireScan(const ScanRequest& request);
 
-// An LSN-valued scalar argument (setEsl, proposeRssp, restartTo).
-// InvalidArgument when above INT64_MAX.
+// An LSN-valued scalar argument (setEsl, proposeRssp, restartTo), or an
+// incarnation (`what` names it). InvalidArgument when above INT64_MAX.
 Result<int64_t> ToWireLsn(uint64_t lsn, const char* what);
 // InvalidArgument when negative.
 Result<uint64_t> FromWireLsn(int64_t lsn, const char* what);

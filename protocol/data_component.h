@@ -8,6 +8,17 @@
 //
 // LSNs are the TC's: every record operation carries a unique, nonzero LSN.
 //
+// Incarnations fence off a previous TC. RestartTo starts a new incarnation
+// (DcReady::incarnation, one above the last, durable in the DC before
+// RestartTo returns); Apply, SetEsl and ProposeRssp carry the caller's and
+// succeed only with the DC's current one: an older one is StaleIncarnation
+// (a later RestartTo superseded the caller: it must stop), a newer one
+// InvalidArgument (never started here). So the requests of a crashed or
+// superseded TC that reach the DC after the new TC's RestartTo change
+// nothing, before or after a DC restart. A store no RestartTo has run on is
+// at incarnation 0. Reads, GetStats and Health are not fenced: they change
+// nothing in the DC.
+//
 // Thread safety: every method of every binding is thread-safe. Slices in a
 // call are borrowed for the call only.
 #pragma once
@@ -80,6 +91,9 @@ struct DcReady {
   // No operation above this LSN is durable in the DC (the highest flush
   // bound in its LSS): redo below it may find its effect already there.
   uint64_t max_durable_lsn = 0;
+  // The DC's current TC incarnation: from RestartTo, the one it started
+  // (pass it on every fenced call); after an open, the last one started.
+  uint64_t incarnation = 0;
 };
 
 enum class DcState : uint8_t {
@@ -93,6 +107,7 @@ struct DcHealth {
   uint64_t esl = 0;   // latest ESL received
   uint64_t rssp = 0;  // latest RSSP acknowledged
   uint64_t max_durable_lsn = 0;
+  uint64_t incarnation = 0;  // the current TC incarnation
 };
 
 // Counters (monotonic since open unless said otherwise) and gauges.
@@ -121,11 +136,14 @@ class DataComponent {
   // Applies `ops` in order. An operation whose LSN is at or below the LSN
   // the DC holds for its key is acknowledged and skipped (contract 2). `esl`,
   // when nonzero, is an ESL piggy-backed on the call (as SetEsl, first).
-  // Errors: InvalidArgument (LSN 0, unknown kind, a value on a delete),
-  // TooLarge (key/value over the limits, batch over the maximum),
-  // Unavailable (restarting). An error stops the batch: the operations
-  // before the failing one are applied, the rest are not; redo may resend.
-  virtual Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl) = 0;
+  // Errors: StaleIncarnation (`incarnation` is older than the DC's: nothing
+  // applied, the ESL not moved), InvalidArgument (LSN 0, unknown kind, a
+  // value on a delete, an incarnation never started), TooLarge (key/value
+  // over the limits, batch over the maximum), Unavailable (restarting). An
+  // error stops the batch: the operations before the failing one are
+  // applied, the rest are not; redo may resend.
+  virtual Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl,
+                                    uint64_t incarnation) = 0;
 
   virtual Result<ReadResult> Get(Slice key) = 0;
   // One result per key, in order. TooLarge above the batch maximum.
@@ -133,13 +151,16 @@ class DataComponent {
   virtual Result<ScanResult> Scan(const ScanRequest& request) = 0;
 
   // The TC's end of stable log: everything at or below it is durable in the
-  // TC log. Never moves back (a lower value is ignored).
-  virtual Status SetEsl(uint64_t esl) = 0;
+  // TC log. Never moves back (a lower value is ignored). Fenced as Apply.
+  virtual Status SetEsl(uint64_t esl, uint64_t incarnation) = 0;
   // RSSP proposal `rssp` (contract 3): returns once every operation with LSN
   // below it is stable in the LSS. InvalidArgument when rssp > ESL + 1.
-  virtual Status ProposeRssp(uint64_t rssp) = 0;
-  // Drops every effect of operations above `stable_end` (the end of the TC's
-  // stable log) and reports the DC ready. The ESL becomes `stable_end`.
+  // Fenced as Apply.
+  virtual Status ProposeRssp(uint64_t rssp, uint64_t incarnation) = 0;
+  // Starts a new TC incarnation: from here on only DcReady::incarnation is
+  // accepted. Drops every effect of operations above `stable_end` (the end
+  // of the TC's stable log) and reports the DC ready. The ESL becomes
+  // `stable_end`. A TC calls it once when it starts, before any fenced call.
   virtual Result<DcReady> RestartTo(uint64_t stable_end) = 0;
 
   virtual Result<DcStats> GetStats() = 0;

@@ -27,6 +27,9 @@ enum ErrorCode {
   SHUTTING_DOWN = 16,
   INTERNAL = 17,
   ALREADY_EXISTS = 18,
+  // The call carries a TC incarnation older than the DC's: a later restartTo
+  // fenced it off (see DcReady.incarnation).
+  STALE_INCARNATION = 19,
 }
 
 // Every service call that can fail throws this; `code` says why.
@@ -38,6 +41,12 @@ exception DeuteronError {
 // ---- The data component service (protocol/data_component.h) ----
 // Record operations carry TC LSNs (i64, never 0). Every call is answered in
 // order on its connection; a client may pipeline calls.
+//
+// Incarnations (protocol/protocol.md, "Incarnations"): restartTo starts a new
+// TC incarnation and returns its number; apply, setEsl and proposeRssp carry
+// the caller's, and the DC refuses any but its current one (an older one
+// with STALE_INCARNATION). 0 (the default of an absent field) is the
+// incarnation of a store no restartTo has ever run on.
 
 // Mirrors deuteron::RecordOpKind. A kind this DC does not know is rejected
 // with INVALID_ARGUMENT.
@@ -57,6 +66,8 @@ struct ApplyRequest {
   1: list<RecordOp> ops,
   // An ESL piggy-backed on the call; 0: none.
   2: i64 esl,
+  // The caller's TC incarnation.
+  3: i64 incarnation,
 }
 
 struct ApplyResult {
@@ -93,6 +104,9 @@ struct ScanResult {
 struct DcReady {
   1: i64 rssp,
   2: i64 max_durable_lsn,
+  // The incarnation this restartTo started (durable in the DC before the
+  // reply); the TC passes it on every later apply, setEsl and proposeRssp.
+  3: i64 incarnation,
 }
 
 enum DcState {
@@ -106,6 +120,8 @@ struct DcHealth {
   2: i64 esl,
   3: i64 rssp,
   4: i64 max_durable_lsn,
+  // The DC's current incarnation (the last restartTo's).
+  5: i64 incarnation,
 }
 
 struct DcStats {
@@ -133,8 +149,8 @@ service DataComponentService {
   ReadResult get(1: binary key) throws (1: DeuteronError error),
   list<ReadResult> multiGet(1: list<binary> keys) throws (1: DeuteronError error),
   ScanResult scan(1: ScanRequest request) throws (1: DeuteronError error),
-  void setEsl(1: i64 esl) throws (1: DeuteronError error),
-  void proposeRssp(1: i64 rssp) throws (1: DeuteronError error),
+  void setEsl(1: i64 esl, 2: i64 incarnation) throws (1: DeuteronError error),
+  void proposeRssp(1: i64 rssp, 2: i64 incarnation) throws (1: DeuteronError error),
   DcReady restartTo(1: i64 stable_end) throws (1: DeuteronError error),
   DcStats stats() throws (1: DeuteronError error),
   DcHealth health() throws (1: DeuteronError error),

@@ -282,9 +282,12 @@ Status RemoteDataComponent::Call(const char* method, Send&& send, Recv&& recv) {
   return s;
 }
 
-Result<::deuteron::ApplyResult> RemoteDataComponent::Apply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl) {
+Result<::deuteron::ApplyResult> RemoteDataComponent::Apply(std::span<const ::deuteron::RecordOp> ops,
+                                                           uint64_t esl, uint64_t incarnation) {
   protocol::ApplyRequest request;
   RETURN_IF_ERROR(ToWireApply(ops, esl, &request));
+  ASSIGN_OR_RETURN(const int64_t inc, ToWireLsn(incarnation, "incarnation"));
+  request.__set_incarnation(inc);
   ::deuteron::ApplyResult out;
   RETURN_IF_ERROR(Call(
       "apply", [&](DataComponentServiceClient& c) { c.send_apply(request); },
@@ -342,20 +345,22 @@ Result<::deuteron::ScanResult> RemoteDataComponent::Scan(const ::deuteron::ScanR
   return out;
 }
 
-Status RemoteDataComponent::SetEsl(uint64_t esl) {
+Status RemoteDataComponent::SetEsl(uint64_t esl, uint64_t incarnation) {
   ASSIGN_OR_RETURN(const int64_t w, ToWireLsn(esl, "ESL"));
+  ASSIGN_OR_RETURN(const int64_t inc, ToWireLsn(incarnation, "incarnation"));
   return Call(
-      "setEsl", [&](DataComponentServiceClient& c) { c.send_setEsl(w); },
+      "setEsl", [&](DataComponentServiceClient& c) { c.send_setEsl(w, inc); },
       [&](DataComponentServiceClient& c) {
         c.recv_setEsl();
         return Status::OK();
       });
 }
 
-Status RemoteDataComponent::ProposeRssp(uint64_t rssp) {
+Status RemoteDataComponent::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   ASSIGN_OR_RETURN(const int64_t w, ToWireLsn(rssp, "RSSP"));
+  ASSIGN_OR_RETURN(const int64_t inc, ToWireLsn(incarnation, "incarnation"));
   return Call(
-      "proposeRssp", [&](DataComponentServiceClient& c) { c.send_proposeRssp(w); },
+      "proposeRssp", [&](DataComponentServiceClient& c) { c.send_proposeRssp(w, inc); },
       [&](DataComponentServiceClient& c) {
         c.recv_proposeRssp();
         return Status::OK();

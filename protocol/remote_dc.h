@@ -56,12 +56,13 @@ class RemoteDataComponent final : public DataComponent {
   RemoteDataComponent(const RemoteDataComponent&) = delete;
   RemoteDataComponent& operator=(const RemoteDataComponent&) = delete;
 
-  Result<::deuteron::ApplyResult> Apply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl) override;
+  Result<::deuteron::ApplyResult> Apply(std::span<const ::deuteron::RecordOp> ops, uint64_t esl,
+                                        uint64_t incarnation) override;
   Result<::deuteron::ReadResult> Get(Slice key) override;
   Result<std::vector<::deuteron::ReadResult>> MultiGet(std::span<const Slice> keys) override;
   Result<::deuteron::ScanResult> Scan(const ::deuteron::ScanRequest& request) override;
-  Status SetEsl(uint64_t esl) override;
-  Status ProposeRssp(uint64_t rssp) override;
+  Status SetEsl(uint64_t esl, uint64_t incarnation) override;
+  Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override;
   Result<::deuteron::DcReady> RestartTo(uint64_t stable_end) override;
   Result<::deuteron::DcStats> GetStats() override;
   Result<::deuteron::DcHealth> Health() override;

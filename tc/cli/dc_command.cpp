@@ -123,10 +123,12 @@ int RunDcCommand(int argc, char** argv) {
     return 1;
   }
   Result<DcHealth> health = dc->Health();
-  std::printf("deuteron dc: serving %s on %s:%u (rssp %llu, max durable lsn %llu)\n",
-              dir.c_str(), host.c_str(), static_cast<unsigned>(server.port()),
-              static_cast<unsigned long long>(health.ok() ? health->rssp : 0),
-              static_cast<unsigned long long>(health.ok() ? health->max_durable_lsn : 0));
+  std::printf(
+      "deuteron dc: serving %s on %s:%u (rssp %llu, max durable lsn %llu, incarnation %llu)\n",
+      dir.c_str(), host.c_str(), static_cast<unsigned>(server.port()),
+      static_cast<unsigned long long>(health.ok() ? health->rssp : 0),
+      static_cast<unsigned long long>(health.ok() ? health->max_durable_lsn : 0),
+      static_cast<unsigned long long>(health.ok() ? health->incarnation : 0));
   std::fflush(stdout);
 
   int sig = 0;

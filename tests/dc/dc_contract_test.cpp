@@ -95,15 +95,16 @@ std::vector<RecordOp> Views(const std::vector<Op>& ops, size_t from, size_t to) 
 }
 
 // Applies `ops` in order, in batches of at most `batch` (random sizes when
-// rnd is given); `esl` piggy-backed on each call. Returns the totals.
+// rnd is given); `esl` piggy-backed on each call, as TC incarnation
+// `incarnation`. Returns the totals.
 ApplyResult ApplyAll(DataComponent* dc, const std::vector<Op>& ops, uint64_t esl, size_t batch,
-                     Random64* rnd = nullptr) {
+                     Random64* rnd = nullptr, uint64_t incarnation = 0) {
   ApplyResult total;
   for (size_t i = 0; i < ops.size();) {
     const size_t n = rnd != nullptr ? 1 + rnd->Uniform(batch) : batch;
     const size_t end = std::min(ops.size(), i + n);
     std::vector<RecordOp> views = Views(ops, i, end);
-    Result<ApplyResult> r = dc->Apply(views, esl);
+    Result<ApplyResult> r = dc->Apply(views, esl, incarnation);
     INFO("apply [" << i << ", " << end << "): " << r.status().ToString());
     REQUIRE(r.ok());
     REQUIRE(r->applied + r->skipped == end - i);
@@ -224,6 +225,13 @@ void CheckBetween(DataComponent* dc, const std::vector<Op>& ops, uint64_t rssp, 
   }
 }
 
+// The binding `kind`, its FaultInjectionEnv seeded with `seed`.
+std::unique_ptr<DcHarness> HarnessFor(const std::string& kind, uint64_t seed) {
+  HarnessConfig config;
+  config.seed = seed;
+  return MakeHarness(kind, config);
+}
+
 DcHealth HealthOf(DataComponent* dc) {
   Result<DcHealth> h = dc->Health();
   REQUIRE(h.ok());
@@ -268,13 +276,13 @@ TEST_CASE("DC contract: nothing above the ESL reaches the LSS", "[dc][contract]"
     ShuffleAcrossKeys(&ops, &rnd);  // out-of-order arrival across keys and pages
     // Half piggy-backs the ESL, half sets it alone afterwards.
     ApplyAll(h->dc(), ops, rnd.OneIn(2) ? esl : 0, 32, &rnd);
-    RequireOk(h->dc()->SetEsl(esl));
-    RequireOk(h->dc()->SetEsl(esl / 2));  // lower: ignored
+    RequireOk(h->dc()->SetEsl(esl, 0));
+    RequireOk(h->dc()->SetEsl(esl / 2, 0));  // lower: ignored
     CHECK(HealthOf(h->dc()).esl == esl);
     for (const Op& op : ops) history.push_back(op);
     const bool propose = round % 2 == 0;
     if (propose) {
-      RequireOk(h->dc()->ProposeRssp(esl + 1));
+      RequireOk(h->dc()->ProposeRssp(esl + 1, 0));
 
       acked = esl + 1;
     }
@@ -358,7 +366,7 @@ TEST_CASE("DC contract: an acknowledged RSSP survives a crash", "[dc][contract]"
     constexpr uint64_t kKeys = 5;
     const std::vector<Op> ops = MakeOps(&rnd, 1, 60, kKeys, 6);
     ApplyAll(h->dc(), ops, 60, 1);
-    RequireOk(h->dc()->ProposeRssp(10));
+    RequireOk(h->dc()->ProposeRssp(10, 0));
     h->Crash();
     CHECK(HealthOf(h->dc()).rssp == 10);
     CheckBetween(h->dc(), ops, 10, 60, kKeys);
@@ -377,7 +385,7 @@ TEST_CASE("DC contract: an acknowledged RSSP survives a crash", "[dc][contract]"
       ApplyAll(h->dc(), ops, esl, 40, &rnd);
       for (const Op& op : ops) history.push_back(op);
       const uint64_t rssp = esl + 1 - rnd.Uniform(std::min<uint64_t>(esl, 200));
-      RequireOk(h->dc()->ProposeRssp(rssp));
+      RequireOk(h->dc()->ProposeRssp(rssp, 0));
       h->Crash();
       CHECK(HealthOf(h->dc()).rssp == rssp);
       CheckBetween(h->dc(), history, rssp, esl, kKeys);
@@ -393,15 +401,13 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   const std::string k = KeyName(3);
   auto apply = [&](RecordOpKind op_kind, const std::string& key, uint64_t lsn) {
     const std::string value = op_kind == RecordOpKind::kUpsert ? "x" + std::to_string(lsn) : "";
     RecordOp op{op_kind, key, value, lsn};
-    Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), 0);
+    Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), 0, 0);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
     return r->applied == 1;
@@ -414,7 +420,7 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
       REQUIRE(apply(RecordOpKind::kUpsert, KeyName(rnd.Uniform(3) == 0 ? 2 : 4), ++lsn));
     }
   };
-  RequireOk(dc->SetEsl(1000));
+  RequireOk(dc->SetEsl(1000, 0));
   REQUIRE(apply(RecordOpKind::kUpsert, k, 10));
   REQUIRE(apply(RecordOpKind::kDelete, k, 20));
   churn();
@@ -426,14 +432,14 @@ TEST_CASE("DC contract: a tombstone is kept until the RSSP passes it", "[dc][con
   CHECK(!r.found);
   CHECK(r.lsn == 20);
   // An RSSP at the tombstone does not pass it.
-  RequireOk(dc->ProposeRssp(20));
+  RequireOk(dc->ProposeRssp(20, 0));
   churn();
   CHECK(!apply(RecordOpKind::kUpsert, k, 19));
   r = GetKey(dc, k);
   CHECK(!r.found);
   CHECK(r.lsn == 20);
   // Crash: the tombstone is durable (below the next RSSP) and still wins.
-  RequireOk(dc->ProposeRssp(21));
+  RequireOk(dc->ProposeRssp(21, 0));
   h->Crash();
   dc = h->dc();
   churn();
@@ -456,15 +462,13 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
   const uint64_t seed = fixed != 0 ? fixed : TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   constexpr uint64_t kKeys = 60;
 
   SECTION("all below the stable end durable: the old values come back") {
     std::vector<Op> ops = MakeOps(&rnd, 1, 300, kKeys);
     ApplyAll(h->dc(), ops, 300, 30, &rnd);
-    RequireOk(h->dc()->ProposeRssp(301));
+    RequireOk(h->dc()->ProposeRssp(301, 0));
     // The same keys again above E = 300: updates and deletes the TC's log
     // never made durable (its ESL stays 300).
     std::vector<Op> above = MakeOps(&rnd, 301, 300, kKeys);
@@ -481,9 +485,10 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
     // The restart wrote nothing above the stable end either.
     h->Crash();
     CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
-    // The DC serves on: new operations above the stable end apply.
+    // The DC serves on: new operations above the stable end apply (a DC
+    // crash keeps the incarnation).
     std::vector<Op> more = MakeOps(&rnd, 301, 200, kKeys);
-    ApplyAll(h->dc(), more, 400, 30, &rnd);
+    ApplyAll(h->dc(), more, 400, 30, &rnd, ready->incarnation);
     for (const Op& op : more) ops.push_back(op);
     CheckExact(h->dc(), BuildModel(ops, ~0ull), kKeys);
   }
@@ -493,7 +498,7 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
     std::vector<Op> second(ops.begin() + 200, ops.begin() + 300);
     std::vector<Op> above(ops.begin() + 300, ops.end());
     ApplyAll(h->dc(), first, 200, 30, &rnd);
-    RequireOk(h->dc()->ProposeRssp(201));
+    RequireOk(h->dc()->ProposeRssp(201, 0));
     ApplyAll(h->dc(), second, 300, 30, &rnd);
     ApplyAll(h->dc(), above, 0, 30, &rnd);
     Result<DcReady> ready = h->dc()->RestartTo(300);
@@ -502,17 +507,17 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
     CHECK(ready->rssp == 201);
     CHECK(ready->max_durable_lsn <= 300);
     CheckBetween(h->dc(), ops, 201, 300, kKeys);
-    ApplyAll(h->dc(), Slice_(ops, 201, 300, &rnd), 300, 30, &rnd);
+    ApplyAll(h->dc(), Slice_(ops, 201, 300, &rnd), 300, 30, &rnd, ready->incarnation);
     CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
     // And again, after a crash right after the replay was made durable.
-    RequireOk(h->dc()->ProposeRssp(301));
+    RequireOk(h->dc()->ProposeRssp(301, ready->incarnation));
     h->Crash();
     CheckExact(h->dc(), BuildModel(ops, 300), kKeys);
   }
   SECTION("a stable end below what the LSS holds is refused") {
     std::vector<Op> ops = MakeOps(&rnd, 1, 100, kKeys);
     ApplyAll(h->dc(), ops, 100, 30, &rnd);
-    RequireOk(h->dc()->ProposeRssp(101));
+    RequireOk(h->dc()->ProposeRssp(101, 0));
     Result<DcReady> ready = h->dc()->RestartTo(50);
     CHECK(ready.status().IsInvalidArgument());
     CHECK(HealthOf(h->dc()).state == DcState::kServing);
@@ -520,14 +525,84 @@ TEST_CASE("DC contract: restart-to drops everything above the stable end", "[dc]
   }
 }
 
+// A TC crashes with requests still on their way: its apply (with an ESL
+// piggy-backed) and setEsl reach the DC after the new TC's restartTo, over
+// a connection of their own. They must be refused, and nothing above the
+// new TC's stable end may become durable: not when the new TC proposes an
+// RSSP (a stale ESL would let it flush the stale operations), and not after
+// the DC crashes and comes back.
+TEST_CASE("DC contract: a superseded TC incarnation is fenced off", "[dc][contract]") {
+  const std::string kind = GENERATE(from_range(HarnessKinds()));
+  const uint64_t seed = TestSeed();
+  INFO("binding " << kind << " seed " << seed);
+  Random64 rnd(seed);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
+  constexpr uint64_t kKeys = 60;
+  constexpr uint64_t kStableEnd = 200;
+  CHECK(HealthOf(h->dc()).incarnation == 0);  // no restart-to yet
+
+  // The old TC: started, applied up to LSN 300, its log durable up to 200.
+  Result<DcReady> old_ready = h->dc()->RestartTo(0);
+  REQUIRE(old_ready.ok());
+  const uint64_t old_tc = old_ready->incarnation;
+  CHECK(old_tc == 1);
+  const std::vector<Op> ops = MakeOps(&rnd, 1, 300, kKeys);
+  ApplyAll(h->dc(), std::vector<Op>(ops.begin(), ops.begin() + 250), kStableEnd, 30, &rnd,
+           old_tc);
+  RequireOk(h->dc()->ProposeRssp(101, old_tc));
+
+  // The new TC (another connection) restarts the DC to its stable end.
+  Result<DcReady> new_ready = h->peer()->RestartTo(kStableEnd);
+  INFO(new_ready.status().ToString());
+  REQUIRE(new_ready.ok());
+  const uint64_t new_tc = new_ready->incarnation;
+  CHECK(new_tc == old_tc + 1);
+
+  // The old TC's late requests: the rest of its operations with an ESL that
+  // would cover them, a bare ESL, an RSSP; and incarnations never started.
+  auto stale_calls = [&](DataComponent* stale) {
+    std::vector<RecordOp> late = Views(ops, 200, 300);
+    CHECK(stale->Apply(late, 300, old_tc).status().IsStaleIncarnation());
+    CHECK(stale->Apply(late, 0, old_tc).status().IsStaleIncarnation());
+    CHECK(stale->Apply(late, 0, 0).status().IsStaleIncarnation());
+    CHECK(stale->SetEsl(300, old_tc).IsStaleIncarnation());
+    CHECK(stale->ProposeRssp(201, old_tc).IsStaleIncarnation());
+    CHECK(stale->SetEsl(300, new_tc + 1).IsInvalidArgument());
+    const DcHealth health = HealthOf(stale);
+    CHECK(health.esl == kStableEnd);
+    CHECK(health.incarnation == new_tc);
+  };
+  stale_calls(h->dc());
+  CheckBetween(h->peer(), ops, 101, kStableEnd, kKeys);
+
+  // The new TC replays from the RSSP and makes it all durable: the flush
+  // runs under its ESL, so nothing above the stable end goes with it.
+  ApplyAll(h->peer(), Slice_(ops, 101, kStableEnd, &rnd), 0, 30, &rnd, new_tc);
+  RequireOk(h->peer()->ProposeRssp(kStableEnd + 1, new_tc));
+  CheckExact(h->peer(), BuildModel(ops, kStableEnd), kKeys);
+  Result<DcHealth> health = h->peer()->Health();
+  REQUIRE(health.ok());
+  CHECK(health->max_durable_lsn <= kStableEnd);
+
+  // The DC crashes: the fence and the data come back as they were.
+  h->Crash();
+  CHECK(HealthOf(h->peer()).max_durable_lsn <= kStableEnd);
+  stale_calls(h->dc());
+  CheckExact(h->peer(), BuildModel(ops, kStableEnd), kKeys);
+  // The new TC goes on.
+  std::vector<Op> more = MakeOps(&rnd, 301, 100, kKeys);
+  ApplyAll(h->peer(), more, 400, 30, &rnd, new_tc);
+  std::vector<Op> all(ops.begin(), ops.begin() + kStableEnd);
+  all.insert(all.end(), more.begin(), more.end());
+  CheckExact(h->peer(), BuildModel(all, ~0ull), kKeys);
+}
+
 TEST_CASE("DC contract: a restarted DC reports its RSSP and durable bound", "[dc][contract]") {
   const std::string kind = GENERATE(from_range(HarnessKinds()));
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DcHealth health = HealthOf(h->dc());
   CHECK(health.state == DcState::kServing);
   CHECK(health.rssp == 0);
@@ -535,10 +610,10 @@ TEST_CASE("DC contract: a restarted DC reports its RSSP and durable bound", "[dc
 
   const std::vector<Op> ops = MakeOps(&rnd, 1, 100, 40);
   ApplyAll(h->dc(), ops, 0, 25);
-  RequireOk(h->dc()->SetEsl(80));
-  RequireOk(h->dc()->ProposeRssp(50));
-  RequireOk(h->dc()->ProposeRssp(81));
-  RequireOk(h->dc()->ProposeRssp(60));  // lower: acknowledged, changes nothing
+  RequireOk(h->dc()->SetEsl(80, 0));
+  RequireOk(h->dc()->ProposeRssp(50, 0));
+  RequireOk(h->dc()->ProposeRssp(81, 0));
+  RequireOk(h->dc()->ProposeRssp(60, 0));  // lower: acknowledged, changes nothing
   health = HealthOf(h->dc());
   CHECK(health.rssp == 81);
   CHECK(health.max_durable_lsn == 80);
@@ -570,7 +645,7 @@ TEST_CASE("DC contract: bad input gets typed errors", "[dc][contract]") {
   HarnessConfig config;
   std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
   DataComponent* dc = h->dc();
-  auto apply = [&](std::vector<RecordOp> ops) { return dc->Apply(ops, 0); };
+  auto apply = [&](std::vector<RecordOp> ops) { return dc->Apply(ops, 0, 0); };
   const std::string big_key(config.max_key_size + 1, 'k');
   const std::string big_value(config.max_value_size + 1, 'v');
 
@@ -626,9 +701,9 @@ TEST_CASE("DC contract: bad input gets typed errors", "[dc][contract]") {
     req.lower = big_key;
     CHECK(HasCode(dc->Scan(req).status(), Code::kTooLarge));
   }
-  RequireOk(dc->SetEsl(10));
-  CHECK(dc->ProposeRssp(12).IsInvalidArgument());
-  RequireOk(dc->ProposeRssp(11));
+  RequireOk(dc->SetEsl(10, 0));
+  CHECK(dc->ProposeRssp(12, 0).IsInvalidArgument());
+  RequireOk(dc->ProposeRssp(11, 0));
   // The DC keeps serving.
   Result<ApplyResult> r = apply({RecordOp{RecordOpKind::kUpsert, "after", "ok", 3000}});
   REQUIRE(r.ok());
@@ -705,25 +780,28 @@ TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
   Random64 rnd(seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   constexpr uint64_t kKeys = 50;
   constexpr uint64_t kEsl = uint64_t{1} << 40;  // every LSN below: restarts to it are valid
   const std::vector<Op> base = MakeOps(&rnd, 1, 200, kKeys);
   ApplyAll(dc, base, kEsl, 50);
-  RequireOk(dc->ProposeRssp(201));
+  RequireOk(dc->ProposeRssp(201, 0));
   const Model model = BuildModel(base, ~0ull);
 
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> ok_calls{0}, unavailable{0}, unexpected{0};
   std::atomic<uint64_t> next_lsn{1000};
+  // The TC's incarnation as of the last restart. A fenced call that read
+  // it just before a restart is refused as stale: allowed, not counted.
+  std::atomic<uint64_t> incarnation{0};
   auto note = [&](const Status& s) {
     if (s.ok()) {
       ok_calls.fetch_add(1);
     } else if (s.IsUnavailable()) {
       unavailable.fetch_add(1);
+    } else if (s.IsStaleIncarnation()) {
+      // Fenced by a restart that ran after the thread read the incarnation.
     } else {
       unexpected.fetch_add(1);
       std::fprintf(stderr, "unexpected status: %s\n", s.ToString().c_str());
@@ -739,7 +817,7 @@ TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]
             // Writes to keys outside the checked ones.
             const std::string key = "w" + std::to_string(r.Uniform(20));
             RecordOp op{RecordOpKind::kUpsert, key, "v", next_lsn.fetch_add(1)};
-            note(dc->Apply(std::span<const RecordOp>(&op, 1), 0).status());
+            note(dc->Apply(std::span<const RecordOp>(&op, 1), 0, incarnation.load()).status());
             break;
           }
           case 1:
@@ -752,10 +830,10 @@ TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]
             break;
           }
           case 3:
-            note(dc->SetEsl(kEsl));
+            note(dc->SetEsl(kEsl, incarnation.load()));
             break;
           case 4:
-            note(dc->ProposeRssp(201));
+            note(dc->ProposeRssp(201, incarnation.load()));
             break;
           default: {
             Result<DcHealth> health = dc->Health();
@@ -773,6 +851,8 @@ TEST_CASE("DC contract: calls during a restart get Unavailable", "[dc][contract]
     INFO(ready.status().ToString());
     REQUIRE(ready.ok());
     CHECK(ready->rssp == 201);
+    CHECK(ready->incarnation == static_cast<uint64_t>(restarts) + 1);
+    incarnation.store(ready->incarnation);
     ++restarts;
   }
   stop.store(true);
@@ -790,9 +870,7 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
   const std::string kind = GENERATE(from_range(HarnessKinds()));
   const uint64_t seed = TestSeed();
   INFO("binding " << kind << " seed " << seed);
-  HarnessConfig config;
-  config.seed = seed;
-  std::unique_ptr<DcHarness> h = MakeHarness(kind, config);
+  std::unique_ptr<DcHarness> h = HarnessFor(kind, seed);
   DataComponent* dc = h->dc();
   constexpr int kThreads = 3;
   constexpr uint64_t kKeys = 40;
@@ -837,15 +915,15 @@ TEST_CASE("DC contract: concurrent applies with overlapping keys", "[dc][contrac
         const size_t end = std::min(ops.size(), i + 1 + rnd.Uniform(12));
         std::vector<RecordOp> views = Views(ops, i, end);
         const uint64_t esl = rnd.OneIn(4) ? ops[i].lsn : 0;
-        fails(dc->Apply(views, esl).status());
+        fails(dc->Apply(views, esl, 0).status());
         // Now and then the same batch again (a redo), and an RSSP proposal.
-        if (rnd.OneIn(6)) fails(dc->Apply(views, 0).status());
+        if (rnd.OneIn(6)) fails(dc->Apply(views, 0, 0).status());
         progress[t].store(end < ops.size() ? ops[end].lsn : ~0ull);
         if (t == 0 && rnd.OneIn(25)) {
           uint64_t rssp = ~0ull;
           for (const auto& p : progress) rssp = std::min(rssp, p.load());
           if (rssp != ~0ull) {
-            if (!fails(dc->SetEsl(rssp - 1))) fails(dc->ProposeRssp(rssp));
+            if (!fails(dc->SetEsl(rssp - 1, 0))) fails(dc->ProposeRssp(rssp, 0));
           }
         }
         i = end;

@@ -42,6 +42,9 @@ class DcHarness {
  public:
   virtual ~DcHarness() = default;
   virtual DataComponent* dc() = 0;
+  // A second client of the same DC, as a second TC process would hold: in
+  // process the same Dc, remote a client with connections of its own.
+  virtual DataComponent* peer() = 0;
   // The DC's process dies: every write it had not synced is lost
   // (FaultInjectionEnv, kDropUnsynced); then a new DC opens the same store,
   // recovering its LSS, and dc() is the new one.
@@ -72,6 +75,7 @@ class InProcessHarness : public DcHarness {
   }
 
   DataComponent* dc() override { return dc_.get(); }
+  DataComponent* peer() override { return dc_.get(); }
   dc::Dc* local() { return dc_.get(); }
   FaultInjectionEnv* env() { return &env_; }
 
@@ -146,6 +150,7 @@ class RemoteHarness : public DcHarness {
   ~RemoteHarness() override { Unserve(); }
 
   DataComponent* dc() override { return client_.get(); }
+  DataComponent* peer() override { return peer_.get(); }
   void Crash() override {
     Unserve();
     local_.Crash();
@@ -175,9 +180,14 @@ class RemoteHarness : public DcHarness {
     INFO(c.status().ToString());
     REQUIRE(c.ok());
     client_ = std::move(c).value();
+    c = protocol::RemoteDataComponent::Connect(ro);
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    peer_ = std::move(c).value();
   }
   void Unserve() {
     client_.reset();
+    peer_.reset();
     if (server_ != nullptr) server_->Stop();
     server_.reset();
   }
@@ -185,6 +195,7 @@ class RemoteHarness : public DcHarness {
   InProcessHarness local_;
   std::unique_ptr<dc::DcServer> server_;
   std::unique_ptr<protocol::RemoteDataComponent> client_;
+  std::unique_ptr<protocol::RemoteDataComponent> peer_;
 };
 
 inline bool HasCode(const Status& s, Code code) { return s.code() == code; }

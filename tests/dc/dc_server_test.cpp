@@ -103,14 +103,14 @@ TEST_CASE("Every call round-trips through server and client", "[dc][server]") {
 
   const RecordOp ops[] = {Put("a", "1", 10), Put("b", "2", 11), Put("c", "3", 12),
                           {RecordOpKind::kDelete, Slice("b"), Slice(), 13}};
-  auto ar = dc->Apply(ops, 5);
+  auto ar = dc->Apply(ops, 5, 0);
   REQUIRE(ar.ok());
   CHECK(ar->applied == 4);
   CHECK(ar->skipped == 0);
   CHECK(s.fake.esl() == 5);
 
   // Idempotence by LSN: a resend is acknowledged and skipped.
-  auto again = dc->Apply(ops, 0);
+  auto again = dc->Apply(ops, 0, 0);
   REQUIRE(again.ok());
   CHECK(again->applied == 0);
   CHECK(again->skipped == 4);
@@ -156,11 +156,11 @@ TEST_CASE("Every call round-trips through server and client", "[dc][server]") {
   CHECK(sr->items[0].key == "c");
   CHECK(sr->more);
 
-  CHECK(dc->SetEsl(20).ok());
-  CHECK(dc->SetEsl(3).ok());  // never moves back
+  CHECK(dc->SetEsl(20, 0).ok());
+  CHECK(dc->SetEsl(3, 0).ok());  // never moves back
   CHECK(s.fake.esl() == 20);
-  CHECK(dc->ProposeRssp(21).ok());
-  CHECK(dc->ProposeRssp(22).IsInvalidArgument());  // above ESL + 1
+  CHECK(dc->ProposeRssp(21, 0).ok());
+  CHECK(dc->ProposeRssp(22, 0).IsInvalidArgument());  // above ESL + 1
 
   auto h = dc->Health();
   REQUIRE(h.ok());
@@ -184,9 +184,14 @@ TEST_CASE("Every call round-trips through server and client", "[dc][server]") {
   REQUIRE(ready.ok());
   CHECK(ready->rssp == 21);
   CHECK(ready->max_durable_lsn == 20);
+  CHECK(ready->incarnation == 1);
   CHECK(dc->Get(Slice("a"))->found);
   CHECK(!dc->Get(Slice("c"))->found);  // LSN 12 above the stable end
   CHECK(dc->GetStats()->restarts == 1);
+  // The incarnation crosses the wire both ways.
+  CHECK(dc->SetEsl(30, 0).IsStaleIncarnation());
+  CHECK(dc->SetEsl(30, 1).ok());
+  CHECK(dc->Health()->incarnation == 1);
 }
 
 TEST_CASE("Typed errors cross the wire with their codes", "[dc][server]") {
@@ -204,20 +209,20 @@ TEST_CASE("Typed errors cross the wire with their codes", "[dc][server]") {
   }
   SECTION("the DC's own checks") {
     const RecordOp zero = Put("k", "v", 0);
-    CHECK(dc->Apply({&zero, 1}, 0).status().IsInvalidArgument());
+    CHECK(dc->Apply({&zero, 1}, 0, 0).status().IsInvalidArgument());
     const std::string big_key(FakeDataComponent::kMaxKey + 1, 'k');
     CHECK(dc->Get(Slice(big_key)).status().code() == Code::kTooLarge);
     s.fake.set_restarting(true);
     const RecordOp op = Put("k", "v", 1);
-    CHECK(dc->Apply({&op, 1}, 0).status().IsUnavailable());
-    CHECK(dc->ProposeRssp(1).IsUnavailable());
+    CHECK(dc->Apply({&op, 1}, 0, 0).status().IsUnavailable());
+    CHECK(dc->ProposeRssp(1, 0).IsUnavailable());
     CHECK(dc->Health()->state == DcState::kRestarting);
     s.fake.set_restarting(false);
-    CHECK(dc->Apply({&op, 1}, 0).ok());
+    CHECK(dc->Apply({&op, 1}, 0, 0).ok());
   }
   SECTION("an unknown op kind is InvalidArgument (the client's own check)") {
     const RecordOp bad{static_cast<RecordOpKind>(9), Slice("k"), Slice("v"), 1};
-    auto r = dc->Apply({&bad, 1}, 0);
+    auto r = dc->Apply({&bad, 1}, 0, 0);
     INFO(r.status().ToString());
     CHECK(r.status().IsInvalidArgument());
     CHECK(!dc->Get(Slice("k"))->found);
@@ -238,7 +243,7 @@ TEST_CASE("Many threads share one client", "[dc][server]") {
         const std::string value = "v" + std::to_string(i * kThreads + t);
         const uint64_t lsn = static_cast<uint64_t>(1 + t * kOps + i);
         const RecordOp op{RecordOpKind::kUpsert, Slice(key), Slice(value), lsn};
-        auto a = dc->Apply({&op, 1}, 0);
+        auto a = dc->Apply({&op, 1}, 0, 0);
         auto g = dc->Get(Slice(key));
         if (!a.ok() || a->applied != 1 || !g.ok() || g->value != value || g->lsn != lsn) {
           failures.fetch_add(1);
@@ -262,7 +267,7 @@ TEST_CASE("Pipelined frames in one write are answered in order", "[dc][server]")
     values.push_back(std::string(static_cast<size_t>(i) * 50, static_cast<char>('a' + i % 26)));
   }
   for (int i = 0; i < kFrames; ++i) ops.push_back(RecordOp{RecordOpKind::kUpsert, Slice(keys[i]), Slice(values[i]), static_cast<uint64_t>(i + 1)});
-  REQUIRE(s.fake.Apply(ops, 0).ok());
+  REQUIRE(s.fake.Apply(ops, 0, 0).ok());
 
   RawSocket raw = s.Raw();
   std::string batch;
@@ -336,12 +341,76 @@ TEST_CASE("Pipelined calls on one connection run in arrival order", "[dc][server
   }
 }
 
+TEST_CASE("Incarnations on the wire: stale is typed, negative is invalid", "[dc][server]") {
+  Served s;
+  RawSocket raw = s.Raw();
+  auto set_esl = [&](int32_t seqid, int64_t esl, int64_t incarnation) {
+    proto::DataComponentService_setEsl_args args;
+    args.esl = esl;
+    args.incarnation = incarnation;
+    REQUIRE(raw.WriteAll(Frame(EncodeCall("setEsl", seqid, args))));
+    auto payload = raw.ReadFrame();
+    REQUIRE(payload);
+    const auto r = DecodeReply<proto::DataComponentService_setEsl_result>(*payload);
+    CHECK(r.seqid == seqid);
+    CHECK(r.type == thrift::protocol::T_REPLY);
+    return r.result.__isset.error ? r.result.error.code : proto::ErrorCode::OK;
+  };
+  CHECK(set_esl(1, 5, 0) == proto::ErrorCode::OK);  // a fresh DC: incarnation 0
+  CHECK(set_esl(2, 5, -1) == proto::ErrorCode::INVALID_ARGUMENT);
+  REQUIRE(s.fake.RestartTo(5).ok());
+  CHECK(set_esl(3, 6, 0) == proto::ErrorCode::STALE_INCARNATION);
+  CHECK(set_esl(4, 6, 2) == proto::ErrorCode::INVALID_ARGUMENT);
+  CHECK(set_esl(5, 6, 1) == proto::ErrorCode::OK);
+  CHECK(s.fake.esl() == 6);
+}
+
+// A TC that dies leaves requests queued on its connection; run after a new
+// TC's restartTo, they would redo what the restart dropped. The server drops
+// them when the connection closes: only the call already running finishes.
+TEST_CASE("A closed connection's queued requests are dropped, not run", "[dc][server]") {
+  Served s;
+  s.fake.BlockRssp();
+  RawSocket raw = s.Raw();
+  proto::DataComponentService_proposeRssp_args rssp;
+  rssp.rssp = 1;
+  proto::DataComponentService_apply_args apply;
+  proto::RecordOp op;
+  op.kind = proto::RecordOpKind::UPSERT;
+  op.key = "late";
+  op.value = "v";
+  op.lsn = 5;
+  apply.request.ops.push_back(op);
+  apply.request.esl = 7;
+  proto::DataComponentService_setEsl_args esl;
+  esl.esl = 9;
+  // One write: the RSSP runs (and blocks), the other two queue behind it.
+  REQUIRE(raw.WriteAll(Frame(EncodeCall("proposeRssp", 1, rssp)) +
+                       Frame(EncodeCall("apply", 2, apply)) +
+                       Frame(EncodeCall("setEsl", 3, esl))));
+  s.fake.WaitForBlockedRssp(1);
+  raw.Close();
+  CHECK(s.WaitConnections(0));  // closed while its call still runs
+  s.fake.UnblockRssp();
+  // Give a server that (wrongly) runs what was queued the time to do it.
+  for (int i = 0; i < 40 && s.fake.esl() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  s.server.Stop();  // waits for the call in progress: nothing can run later
+  CHECK(s.fake.esl() == 0);
+  Result<DcStats> stats = s.fake.GetStats();
+  REQUIRE(stats.ok());
+  CHECK(stats->rssp_proposals == 1);
+  CHECK(stats->applies == 0);
+  CHECK(!s.fake.Get(Slice("late"))->found);
+}
+
 TEST_CASE("A blocked RSSP holds neither other connections nor the server", "[dc][server]") {
   Served s;
   auto dc = s.Client(/*max_connections=*/2);
-  REQUIRE(dc->SetEsl(100).ok());
+  REQUIRE(dc->SetEsl(100, 0).ok());
   s.fake.BlockRssp();
-  std::thread rssp([&] { CHECK(dc->ProposeRssp(50).ok()); });
+  std::thread rssp([&] { CHECK(dc->ProposeRssp(50, 0).ok()); });
   s.fake.WaitForBlockedRssp(1);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 20; ++i) REQUIRE(dc->Health().ok());
@@ -525,7 +594,7 @@ TEST_CASE("A reply over the server's frame limit becomes a typed TooLarge", "[dc
   Served s(o);
   const std::string big(3000, 'v');
   const RecordOp ops[] = {Put("a", big.c_str(), 1), Put("b", big.c_str(), 2)};
-  REQUIRE(s.fake.Apply(ops, 0).ok());
+  REQUIRE(s.fake.Apply(ops, 0, 0).ok());
   auto dc = s.Client();
   auto one = dc->Get(Slice("a"));
   REQUIRE(one.ok());
@@ -592,7 +661,7 @@ TEST_CASE("Stop closes connected clients; a client recovers when the server retu
     REQUIRE(r.ok());
     dc = std::move(r).value();
     const RecordOp op = Put("k", "v", 1);
-    REQUIRE(dc->Apply({&op, 1}, 0).ok());
+    REQUIRE(dc->Apply({&op, 1}, 0, 0).ok());
     raw = RawSocket::Connect(port);
     REQUIRE(raw.valid());
     server.Stop();
@@ -627,10 +696,10 @@ TEST_CASE("Stop waits for a DC call in progress; its client sees Unavailable", "
   ro.recv_timeout_ms = 5000;
   auto dc = RemoteDataComponent::Connect(ro);
   REQUIRE(dc.ok());
-  REQUIRE((*dc)->SetEsl(10).ok());
+  REQUIRE((*dc)->SetEsl(10, 0).ok());
   fake.BlockRssp();
   Status rssp_status;
-  std::thread rssp([&] { rssp_status = (*dc)->ProposeRssp(5); });
+  std::thread rssp([&] { rssp_status = (*dc)->ProposeRssp(5, 0); });
   fake.WaitForBlockedRssp(1);
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {

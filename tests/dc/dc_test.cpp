@@ -32,7 +32,7 @@ Status ApplyOne(DataComponent* dc, RecordOpKind kind, const std::string& key, ui
                 uint64_t esl = 0, ApplyResult* result = nullptr) {
   const std::string value = kind == RecordOpKind::kUpsert ? "v" + std::to_string(lsn) : "";
   RecordOp op{kind, key, value, lsn};
-  Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), esl);
+  Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), esl, 0);
   if (r.ok() && result != nullptr) *result = *r;
   return r.status();
 }
@@ -47,12 +47,27 @@ ReadResult GetKey(DataComponent* dc, const std::string& key) {
 }  // namespace
 
 TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
-  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull});
+  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x8765'4321ull});
   REQUIRE(bytes.size() == kDcMetaSize);
   CHECK(bytes.substr(0, 8) == "DTRNDCMT");
   Result<DcMeta> m = DecodeDcMeta(bytes);
   REQUIRE(m.ok());
   CHECK(m->rssp == 0x0102030405060708ull);
+  CHECK(m->incarnation == 0x8765'4321ull);
+
+  // Version 1 (before incarnations) still opens: its reserved word is zero,
+  // and it reads as incarnation 0 whatever that word holds.
+  for (const uint32_t reserved : {0u, 7u}) {
+    std::string v1 = bytes;
+    EncodeFixed32(&v1[8], 1);
+    EncodeFixed32(&v1[24], reserved);
+    EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
+    Result<DcMeta> old = DecodeDcMeta(v1);
+    INFO(old.status().ToString());
+    REQUIRE(old.ok());
+    CHECK(old->rssp == 0x0102030405060708ull);
+    CHECK(old->incarnation == 0);
+  }
 
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
@@ -76,12 +91,42 @@ TEST_CASE("dc.meta is written atomically and read at open", "[dc]") {
   FaultInjectionEnv* env = h.env();
   REQUIRE(!env->FileExists("/dc/dc.meta"));  // nothing acknowledged yet
   REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "a", 5, 5).ok());
-  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  REQUIRE(h.dc()->ProposeRssp(6, 0).ok());
   CHECK(env->FileExists("/dc/dc.meta"));
   CHECK(!env->FileExists("/dc/dc.meta.tmp"));
   CHECK(env->UnsyncedChangeCount("/dc/dc.meta") == 0);
   h.Crash();
   CHECK(h.local()->ready().rssp == 6);
+  CHECK(h.local()->ready().incarnation == 0);
+  // A restart-to makes its incarnation durable before it answers; an RSSP
+  // written later keeps it.
+  Result<DcReady> ready = h.dc()->RestartTo(5);
+  REQUIRE(ready.ok());
+  CHECK(ready->incarnation == 1);
+  CHECK(env->UnsyncedChangeCount("/dc/dc.meta") == 0);
+  h.Crash();
+  CHECK(h.local()->ready().incarnation == 1);
+  CHECK(h.local()->ready().rssp == 6);
+  REQUIRE(h.dc()->ProposeRssp(6, 1).ok());
+  CHECK(h.dc()->ProposeRssp(6, 0).IsStaleIncarnation());
+  h.Crash();
+  CHECK(h.local()->ready().incarnation == 1);
+
+  SECTION("a version 1 dc.meta opens as incarnation 0") {
+    h.Kill();
+    std::string v1 = EncodeDcMeta(DcMeta{6, 0});
+    EncodeFixed32(&v1[8], 1);
+    EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
+    Result<std::unique_ptr<File>> f = env->OpenFile("/dc/dc.meta", OpenMode::kTruncate);
+    REQUIRE(f.ok());
+    REQUIRE((*f)->Append(v1).ok());
+    REQUIRE((*f)->Sync().ok());
+    REQUIRE((*f)->Close().ok());
+    h.Restore();
+    CHECK(h.local()->ready().rssp == 6);
+    CHECK(h.local()->ready().incarnation == 0);
+    REQUIRE(h.dc()->ProposeRssp(6, 0).ok());
+  }
 
   SECTION("a damaged dc.meta fails the open") {
     h.Kill();
@@ -222,7 +267,7 @@ TEST_CASE("DC purges a tombstone once an acknowledged RSSP passes it", "[dc]") {
   HarnessConfig config;
   InProcessHarness h(config);
   DataComponent* dc = h.dc();
-  REQUIRE(dc->SetEsl(1000).ok());
+  REQUIRE(dc->SetEsl(1000, 0).ok());
   REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k3", 10).ok());
   REQUIRE(ApplyOne(dc, RecordOpKind::kDelete, "k3", 20).ok());
   uint64_t lsn = 100;
@@ -233,10 +278,10 @@ TEST_CASE("DC purges a tombstone once an acknowledged RSSP passes it", "[dc]") {
   };
   churn();
   CHECK(GetKey(dc, "k3").lsn == 20);
-  REQUIRE(dc->ProposeRssp(20).ok());
+  REQUIRE(dc->ProposeRssp(20, 0).ok());
   churn();
   CHECK(GetKey(dc, "k3").lsn == 20);  // not passed yet
-  REQUIRE(dc->ProposeRssp(21).ok());
+  REQUIRE(dc->ProposeRssp(21, 0).ok());
   churn();
   const ReadResult r = GetKey(dc, "k3");
   CHECK(!r.found);
@@ -248,7 +293,7 @@ TEST_CASE("DC: every call during a restart is refused, Health says why", "[dc]")
   InProcessHarness h(config);
   Dc* dc = h.local();
   REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "a", 1, 1).ok());
-  REQUIRE(dc->ProposeRssp(2).ok());
+  REQUIRE(dc->ProposeRssp(2, 0).ok());
   int hook_runs = 0;
   std::vector<Status> seen;
   DcHealth health_during;
@@ -256,13 +301,13 @@ TEST_CASE("DC: every call during a restart is refused, Health says why", "[dc]")
     ++hook_runs;
     std::thread other([&] {
       RecordOp op{RecordOpKind::kUpsert, "b", "v", 5};
-      seen.push_back(dc->Apply(std::span<const RecordOp>(&op, 1), 0).status());
+      seen.push_back(dc->Apply(std::span<const RecordOp>(&op, 1), 0, 0).status());
       seen.push_back(dc->Get("a").status());
       std::vector<Slice> keys = {Slice("a")};
       seen.push_back(dc->MultiGet(keys).status());
       seen.push_back(dc->Scan(ScanRequest{}).status());
-      seen.push_back(dc->SetEsl(9));
-      seen.push_back(dc->ProposeRssp(2));
+      seen.push_back(dc->SetEsl(9, 0));
+      seen.push_back(dc->ProposeRssp(2, 0));
       seen.push_back(dc->GetStats().status());
       seen.push_back(dc->RestartTo(10).status());
       Result<DcHealth> health = dc->Health();
@@ -299,7 +344,7 @@ TEST_CASE("DC: Close flushes what the ESL allows, then refuses calls", "[dc]") {
   REQUIRE(dc->Close().ok());  // idempotent
   CHECK(HasCode(dc->Get("low").status(), Code::kShuttingDown));
   CHECK(HasCode(ApplyOne(dc, RecordOpKind::kUpsert, "x", 10), Code::kShuttingDown));
-  CHECK(HasCode(dc->ProposeRssp(1), Code::kShuttingDown));
+  CHECK(HasCode(dc->ProposeRssp(1, 0), Code::kShuttingDown));
   CHECK(HasCode(dc->RestartTo(5).status(), Code::kShuttingDown));
   Result<DcHealth> health = dc->Health();
   REQUIRE(health.ok());

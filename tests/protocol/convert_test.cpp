@@ -125,18 +125,20 @@ TEST_CASE("Replies survive the wire round trip", "[protocol][convert]") {
   CHECK(sb.items[1].lsn == 6);
   CHECK(sb.more);
 
-  const auto ready = FromWire(ToWire(::deuteron::DcReady{10, 20}));
+  const auto ready = FromWire(ToWire(::deuteron::DcReady{10, 20, 7}));
   CHECK(ready.rssp == 10);
   CHECK(ready.max_durable_lsn == 20);
+  CHECK(ready.incarnation == 7);
 
   for (auto state : {::deuteron::DcState::kServing, ::deuteron::DcState::kRestarting,
                      ::deuteron::DcState::kShuttingDown}) {
-    auto h = FromWire(ToWire(::deuteron::DcHealth{state, 1, 2, 3}));
+    auto h = FromWire(ToWire(::deuteron::DcHealth{state, 1, 2, 3, 4}));
     REQUIRE(h.ok());
     CHECK(h->state == state);
     CHECK(h->esl == 1);
     CHECK(h->rssp == 2);
     CHECK(h->max_durable_lsn == 3);
+    CHECK(h->incarnation == 4);
   }
 
   ::deuteron::DcStats st;

@@ -2,7 +2,9 @@
 // tests. It keeps the contracts a binding must carry faithfully: idempotence
 // by LSN (tombstones included), the ESL never moving back, RSSP proposals
 // checked against ESL + 1, restart-to dropping what lies above the stable
-// end, the documented error codes and limits. Nothing is durable: an
+// end, the incarnation fence (RestartTo starts the next incarnation; Apply,
+// SetEsl and ProposeRssp refuse any other), the documented error codes and
+// limits. Nothing is durable: an
 // acknowledged RSSP simply marks everything below it as durable.
 //
 // Test hooks: set_restarting() makes record and RSSP calls Unavailable and
@@ -32,10 +34,12 @@ class FakeDataComponent final : public DataComponent {
   static constexpr size_t kMaxBatch = 1000;
   static constexpr uint32_t kMaxScan = 1000;
 
-  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl) override {
+  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl,
+                            uint64_t incarnation) override {
     std::lock_guard<std::mutex> l(mu_);
     if (auto s = TakeInjected()) return *s;
     if (restarting_) return Status::Unavailable("restart-to in progress");
+    RETURN_IF_ERROR(Fence(incarnation));
     if (ops.size() > kMaxBatch) return Status::TooLarge("batch over the maximum");
     ++stats_.applies;
     if (esl > esl_) esl_ = esl;
@@ -113,17 +117,19 @@ class FakeDataComponent final : public DataComponent {
     return r;
   }
 
-  Status SetEsl(uint64_t esl) override {
+  Status SetEsl(uint64_t esl, uint64_t incarnation) override {
     std::lock_guard<std::mutex> l(mu_);
     if (auto s = TakeInjected()) return *s;
+    RETURN_IF_ERROR(Fence(incarnation));
     if (esl > esl_) esl_ = esl;
     return Status::OK();
   }
 
-  Status ProposeRssp(uint64_t rssp) override {
+  Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override {
     std::unique_lock<std::mutex> l(mu_);
     if (auto s = TakeInjected()) return *s;
     if (restarting_) return Status::Unavailable("restart-to in progress");
+    RETURN_IF_ERROR(Fence(incarnation));
     if (rssp > esl_ + 1) return Status::InvalidArgument("RSSP above ESL + 1");
     ++rssp_waiting_;
     rssp_cv_.notify_all();
@@ -143,7 +149,8 @@ class FakeDataComponent final : public DataComponent {
     }
     esl_ = stable_end;
     ++stats_.restarts;
-    return DcReady{rssp_, max_durable_};
+    ++incarnation_;
+    return DcReady{rssp_, max_durable_, incarnation_};
   }
 
   Result<DcStats> GetStats() override {
@@ -166,6 +173,7 @@ class FakeDataComponent final : public DataComponent {
     h.esl = esl_;
     h.rssp = rssp_;
     h.max_durable_lsn = max_durable_;
+    h.incarnation = incarnation_;
     return h;
   }
 
@@ -211,6 +219,13 @@ class FakeDataComponent final : public DataComponent {
     bool tombstone = false;
   };
 
+  // As dc::Dc: only the current incarnation passes.
+  Status Fence(uint64_t incarnation) const {
+    if (incarnation < incarnation_) return Status::StaleIncarnation("superseded incarnation");
+    if (incarnation > incarnation_) return Status::InvalidArgument("incarnation never started");
+    return Status::OK();
+  }
+
   std::optional<Status> TakeInjected() {
     if (!injected_) return std::nullopt;
     std::optional<Status> s = std::move(injected_);
@@ -234,6 +249,7 @@ class FakeDataComponent final : public DataComponent {
   uint64_t esl_ = 0;
   uint64_t rssp_ = 0;
   uint64_t max_durable_ = 0;
+  uint64_t incarnation_ = 0;
   bool restarting_ = false;
   bool rssp_blocked_ = false;
   int rssp_waiting_ = 0;

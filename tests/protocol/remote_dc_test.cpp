@@ -85,7 +85,7 @@ TEST_CASE("A peer that closes every connection gives Unavailable", "[protocol][r
     auto h = (*dc)->Health();
     INFO(h.status().ToString());
     CHECK(h.status().IsUnavailable());
-    CHECK((*dc)->SetEsl(1).IsUnavailable());
+    CHECK((*dc)->SetEsl(1, 0).IsUnavailable());
   }
 }
 
@@ -155,7 +155,7 @@ TEST_CASE("A DeuteronError reply keeps its code and message", "[protocol][remote
   }));
   auto dc = RemoteDataComponent::Connect(Options(server.port()));
   REQUIRE(dc.ok());
-  Status s = (*dc)->ProposeRssp(10);
+  Status s = (*dc)->ProposeRssp(10, 0);
   CHECK(s == Status::InvalidArgument("RSSP 10 above ESL + 1 = 3"));
 }
 
@@ -178,7 +178,7 @@ TEST_CASE("A request over the frame limit is TooLarge and never sent", "[protoco
   REQUIRE(dc.ok());
   const std::string value(2000, 'x');
   const ::deuteron::RecordOp op{::deuteron::RecordOpKind::kUpsert, Slice("k"), Slice(value), 1};
-  auto r = (*dc)->Apply({&op, 1}, 0);
+  auto r = (*dc)->Apply({&op, 1}, 0, 0);
   CHECK(r.status().code() == Code::kTooLarge);
   CHECK((*dc)->Get(Slice(value)).status().code() == Code::kTooLarge);
   CHECK(frames.load() == 0);

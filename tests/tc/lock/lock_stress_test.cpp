@@ -4,7 +4,7 @@
 // each release, must never hold two conflicting locks of different
 // transactions; and the accounts, plain integers touched only under locks,
 // must keep their total in every full scan (TSan also sees any unordered
-// access to them).
+// access to them). No wait may time out: a lost wakeup or a missed cycle would.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -87,7 +87,9 @@ void RunStress(int threads, std::chrono::milliseconds duration) {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   LockManager::Options options;
-  options.lock_timeout = std::chrono::milliseconds(200);
+  // Long enough that no wait ends by timeout: every cycle must be found by
+  // detection and every release must wake its waiters.
+  options.lock_timeout = std::chrono::seconds(5);
   LockManager lm(options);
   Shadow shadow;
   std::vector<int64_t> balance(kAccounts, kInitial);  // guarded by the locks
@@ -177,6 +179,7 @@ void RunStress(int threads, std::chrono::milliseconds duration) {
   CHECK(sum.bad_totals == 0);
   CHECK(sum.negative == 0);
   CHECK(sum.unexpected == 0);
+  CHECK(sum.timeouts == 0);
   CHECK(total == kInitial * kAccounts);
   CHECK(sum.commits > 0);
   CHECK(sum.deadlocks > 0);  // the workload does make cycles

@@ -201,6 +201,27 @@ void LockManager::WakeVictim(const std::shared_ptr<Waiter>& victim) {
   victim->cv.notify_all();
 }
 
+Status LockManager::Await(std::unique_lock<std::mutex>& lock, Waiter& waiter, bool self_victim,
+                          const std::vector<std::shared_ptr<Waiter>>& victims,
+                          const std::function<bool()>& granted) {
+  if (!victims.empty()) {
+    lock.unlock();
+    for (const auto& victim : victims) WakeVictim(victim);
+    lock.lock();
+  }
+  if (self_victim) return Status::Deadlock("lock wait would close a cycle; youngest in it");
+  const auto deadline = std::chrono::steady_clock::now() + options_.lock_timeout;
+  for (;;) {
+    if (granted()) return Status::OK();
+    if (waiter.victim.load()) {
+      return Status::Deadlock("chosen as the youngest transaction in a wait-for cycle");
+    }
+    if (waiter.cv.wait_until(lock, deadline) == std::cv_status::timeout && !granted()) {
+      return Status::TimedOut("lock wait exceeded lock_timeout");
+    }
+  }
+}
+
 Status LockManager::LockKey(TxnId txn, Slice key_slice, LockMode mode) {
   const std::string_view key(key_slice.data(), key_slice.size());
   TxnLocks& mine = LocksOf(txn);
@@ -261,34 +282,15 @@ Status LockManager::LockKey(TxnId txn, Slice key_slice, LockMode mode) {
   waits_.fetch_add(1, std::memory_order_relaxed);  // a statistic
   auto waiter = std::make_shared<Waiter>(&shard.mu);
   req->waiter = waiter;
-  std::vector<std::shared_ptr<Waiter>> wake;
-  const bool self_victim = RegisterWait(txn, waiter, std::move(blockers), &wake);
+  std::vector<std::shared_ptr<Waiter>> victims;
+  const bool self_victim = RegisterWait(txn, waiter, std::move(blockers), &victims);
   waiting_.fetch_add(1);
   if (range_lock.owns_lock()) range_lock.unlock();  // wait under the shard mutex only
-  if (!wake.empty()) {
-    lock.unlock();
-    for (const auto& victim : wake) WakeVictim(victim);
-    lock.lock();
-  }
-
-  const auto deadline = std::chrono::steady_clock::now() + options_.lock_timeout;
-  Status result = Status::OK();
-  bool abandon = self_victim;
-  if (self_victim) result = Status::Deadlock("lock wait would close a cycle; youngest in it");
-  while (!abandon) {
-    req = find_mine();
-    if (Granted(req->granted, req->upgrading)) break;
-    if (waiter->victim.load()) {
-      abandon = true;
-      result = Status::Deadlock("chosen as the youngest transaction in a wait-for cycle");
-    } else if (waiter->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-      req = find_mine();
-      if (Granted(req->granted, req->upgrading)) break;
-      abandon = true;
-      result = Status::TimedOut("lock wait exceeded lock_timeout");
-    }
-  }
-  if (abandon) {
+  Status result = Await(lock, *waiter, self_victim, victims, [&] {
+    const Request* r = find_mine();
+    return Granted(r->granted, r->upgrading);
+  });
+  if (!result.ok()) {
     // Withdraw the request; later requests it held back may now be granted.
     lock.unlock();
     lock = LockShard(shard, &range_lock);
@@ -339,29 +341,11 @@ Status LockManager::LockRange(TxnId txn, const KeyRange& range) {
   waits_.fetch_add(1, std::memory_order_relaxed);  // a statistic
   auto waiter = std::make_shared<Waiter>(&range_mu_);
   it->waiter = waiter;
-  std::vector<std::shared_ptr<Waiter>> wake;
-  const bool self_victim = RegisterWait(txn, waiter, std::move(blockers), &wake);
+  std::vector<std::shared_ptr<Waiter>> victims;
+  const bool self_victim = RegisterWait(txn, waiter, std::move(blockers), &victims);
   waiting_.fetch_add(1);
-  if (!wake.empty()) {
-    lock.unlock();
-    for (const auto& victim : wake) WakeVictim(victim);
-    lock.lock();
-  }
-  const auto deadline = std::chrono::steady_clock::now() + options_.lock_timeout;
-  Status result = Status::OK();
-  bool abandon = self_victim;
-  if (self_victim) result = Status::Deadlock("lock wait would close a cycle; youngest in it");
-  while (!abandon && !it->granted) {
-    if (waiter->victim.load()) {
-      abandon = true;
-      result = Status::Deadlock("chosen as the youngest transaction in a wait-for cycle");
-    } else if (waiter->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-               !it->granted) {
-      abandon = true;
-      result = Status::TimedOut("lock wait exceeded lock_timeout");
-    }
-  }
-  if (abandon) {
+  Status result = Await(lock, *waiter, self_victim, victims, [&] { return it->granted; });
+  if (!result.ok()) {
     UnregisterWait(txn);
     ranges_.erase(it);
     range_count_.fetch_sub(1);

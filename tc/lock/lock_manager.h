@@ -50,6 +50,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -200,6 +201,12 @@ class LockManager {
                     std::vector<std::shared_ptr<Waiter>>* wake);
   void UnregisterWait(TxnId txn);
   static void WakeVictim(const std::shared_ptr<Waiter>& victim);
+  // Wakes `victims` (without holding `lock`), then sleeps under `lock` until
+  // granted() holds (OK), `waiter` is a victim or self_victim (Deadlock), or
+  // the lock timeout passes (TimedOut). The caller withdraws a failed request.
+  Status Await(std::unique_lock<std::mutex>& lock, Waiter& waiter, bool self_victim,
+               const std::vector<std::shared_ptr<Waiter>>& victims,
+               const std::function<bool()>& granted);
 
   TxnLocks& LocksOf(TxnId txn);
 

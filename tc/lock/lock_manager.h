@@ -1,4 +1,5 @@
 // LockManager: the TC's record and key-range locks (strict two-phase locking).
+// Design note: tc/lock/lock.md.
 //
 // Modes: shared (S) and exclusive (X) record locks on keys (byte strings), and
 // shared range locks on [lo, hi) for scans (either bound may be open; both scan

@@ -402,6 +402,11 @@ void LockManager::ReleaseAll(TxnId txn) {
     GrantRanges();
   }
   if (range_lock.owns_lock()) range_lock.unlock();
+  // Drop the edges into txn. A waiter counts itself in waiting_ before it
+  // leaves the mutex under which it saw txn's request (which txn's thread
+  // took since, to release or withdraw that request) and uncounts itself only
+  // after its node is gone: reading zero means no edge leads to txn.
+  if (waiting_.load() == 0) return;
   std::lock_guard<std::mutex> guard(graph_mu_);
   for (auto& [waiting, node] : graph_) {
     std::erase(node.blockers, txn);

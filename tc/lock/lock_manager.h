@@ -36,7 +36,8 @@
 // requests: while it is zero (read under the shard mutex), record requests
 // touch only their shard. While range locks exist, X record requests (and
 // releases) also take range_mu_. The graph mutex is taken only by requests
-// about to wait and by grants and releases of waiting transactions.
+// about to wait, by grants of waiting requests, and by ReleaseAll while some
+// request waits.
 //
 // Lock order: range_mu_ -> one shard mutex -> graph_mu_ (never two shard
 // mutexes at once).

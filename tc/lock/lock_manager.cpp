@@ -320,6 +320,9 @@ Status LockManager::LockKey(TxnId txn, Slice key_slice, LockMode mode) {
 }
 
 Status LockManager::LockRange(TxnId txn, const KeyRange& range) {
+  if (range.lo && range.hi && *range.lo > *range.hi) {
+    return Status::InvalidArgument("range lock with lo above hi");
+  }
   TxnLocks& mine = LocksOf(txn);
   std::unique_lock<std::mutex> lock(range_mu_);
   for (const auto& held : mine.ranges) {

@@ -111,7 +111,8 @@ class LockManager {
   // `txn` keeps the locks it held before the call.
   Status LockKey(TxnId txn, Slice key, LockMode mode);
 
-  // Locks `range` shared for `txn` (a scan). Same results as LockKey.
+  // Locks `range` shared for `txn` (a scan). Same results as LockKey, and
+  // InvalidArgument when lo > hi (lo == hi is an empty range: granted).
   Status LockRange(TxnId txn, const KeyRange& range);
 
   // Releases every lock of `txn` and wakes the waiters this unblocks.

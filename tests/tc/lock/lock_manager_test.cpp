@@ -137,6 +137,14 @@ TEST_CASE("range lock bounds: lo inclusive, hi exclusive, open ends", "[tc][lock
   }
 }
 
+TEST_CASE("an inverted range is refused, an empty one conflicts with nothing", "[tc][lock]") {
+  LockManager lm(ShortTimeout());
+  CHECK(lm.LockRange(1, Range("d", "b")).code() == Code::kInvalidArgument);
+  REQUIRE(lm.LockKey(2, "c", X).ok());
+  CHECK(lm.LockRange(1, Range("c", "c")).ok());  // [c, c) holds no key, not even c
+  for (TxnId t : {1, 2}) lm.ReleaseAll(t);
+}
+
 TEST_CASE("a scan waits for an X lock inside its range and goes when it is released",
           "[tc][lock]") {
   LockManager lm;

@@ -333,6 +333,11 @@ ResultLine& ResultLine::SetString(std::string_view key, std::string_view value) 
   return *this;
 }
 
+ResultLine& ResultLine::SetBool(std::string_view key, bool value) {
+  fields_.emplace_back(std::string(key), value ? "true" : "false");
+  return *this;
+}
+
 ResultLine& ResultLine::SetLatenciesNs(const Histogram::Snapshot& ns) {
   if (ns.count == 0) return *this;
   auto us = [](uint64_t v) { return static_cast<double>(v) / 1000.0; };

@@ -196,6 +196,10 @@ class ResultLine {
 // The ratio a / b, 0 when b is 0 (JSON has no infinities).
 inline double Ratio(double a, double b) { return b == 0 ? 0.0 : a / b; }
 
+// The median of `v` (the mean of the two middle values when even).
+// REQUIRES: !v.empty().
+double Median(std::vector<double> v);
+
 constexpr double kMiB = 1024.0 * 1024.0;
 
 }  // namespace deuteron::bench

@@ -609,7 +609,7 @@ struct RatioSeries {
     std::vector<double> v = ratios;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
-    const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    const double median = Median(v);
     ResultLine line(kBench, w.name, "bwtree/std_map", threads, ops, seconds);
     line.SetString("phase", phase)
         .SetString("statistic", "median")

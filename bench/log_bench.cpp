@@ -137,7 +137,13 @@ class DeuteronSystem {
     CheckOk(log_->Close(), "close wal");
   }
   Status Commit(const std::string& bytes) { return log_->Commit(bytes).status(); }
-  wal::Log::Stats stats() const { return log_->GetStats(); }
+  void Report(int round) const {
+    const wal::Log::Stats st = log_->GetStats();
+    Progress("deuteron round {}: {} records in {} groups, {} syncs, {} sleeps, {} recycled, "
+             "{} created",
+             round, st.records, st.groups, st.syncs, st.committer_sleeps, st.segments_recycled,
+             st.segments_created);
+  }
 
  private:
   std::unique_ptr<wal::Log> log_;
@@ -179,6 +185,7 @@ class RocksSystem {
     if (!s.ok()) return Status::IOError("rocksdb put: " + s.ToString());
     return Status::OK();
   }
+  void Report(int) const {}
 
  private:
   std::unique_ptr<rocksdb::DB> db_;
@@ -257,12 +264,6 @@ void PrintRatio(const RatioKey& k, int round, double ratio, const CellResult& ou
                       : "");
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 int Main(int argc, char** argv) {
   ProgramInfo info;
   info.name = kBench;
@@ -287,42 +288,29 @@ int Main(int argc, char** argv) {
   std::map<RatioKey, RatioSeries> series;
   for (int round = 1; round <= args.rounds; ++round) {
     std::map<std::tuple<std::string, int, size_t>, CellResult> cells;
-    auto run_deuteron = [&] {
-      if (!args.Wants("deuteron")) return;
-      const std::string dir = JoinPath(scratch.path(), fmt::format("wal-{}", round));
+    // Every cell of one system on one store (a log or a DB) in `name`-<round>.
+    auto run_store = [&](const char* name, auto make) {
+      if (!args.Wants(name)) return;
+      const std::string dir = JoinPath(scratch.path(), fmt::format("{}-{}", name, round));
       {
-        DeuteronSystem sys(dir);
+        auto sys = make(dir);
         for (size_t size : kSizes) {
           for (int threads : args.threads) {
             const CellResult r = RunCell(threads, size, cell_seconds,
-                                         [&](int, const std::string& b) { return sys.Commit(b); });
-            PrintResult("deuteron", threads, size, round, r);
-            cells[{"deuteron", threads, size}] = r;
+                                         [&](int, const std::string& b) { return sys->Commit(b); });
+            PrintResult(name, threads, size, round, r);
+            cells[{name, threads, size}] = r;
           }
         }
-        const wal::Log::Stats st = sys.stats();
-        Progress("deuteron round {}: {} records in {} groups, {} syncs, {} sleeps, {} recycled, "
-                 "{} created",
-                 round, st.records, st.groups, st.syncs, st.committer_sleeps,
-                 st.segments_recycled, st.segments_created);
+        sys->Report(round);
       }
       RemoveTree(dir);
     };
+    auto run_deuteron = [&] {
+      run_store("deuteron", [](const std::string& d) { return std::make_unique<DeuteronSystem>(d); });
+    };
     auto run_rocksdb = [&] {
-      if (!args.Wants("rocksdb")) return;
-      const std::string dir = JoinPath(scratch.path(), fmt::format("rocksdb-{}", round));
-      {
-        RocksSystem sys(dir);
-        for (size_t size : kSizes) {
-          for (int threads : args.threads) {
-            const CellResult r = RunCell(threads, size, cell_seconds,
-                                         [&](int, const std::string& b) { return sys.Commit(b); });
-            PrintResult("rocksdb", threads, size, round, r);
-            cells[{"rocksdb", threads, size}] = r;
-          }
-        }
-      }
-      RemoveTree(dir);
+      run_store("rocksdb", [](const std::string& d) { return std::make_unique<RocksSystem>(d); });
     };
     auto run_fdatasync = [&] {
       if (!args.Wants("fdatasync")) return;

@@ -10,13 +10,9 @@
 #include "common/fault_env.h"
 #include "tests/tc/wal/wal_test_util.h"
 
-namespace deuteron::wal {
+namespace deuteron::wal::test {
 namespace {
 
-using test::OpenLog;
-using test::Payload;
-using test::ReadAll;
-using test::SmallOptions;
 using Op = FaultInjectionEnv::Op;
 
 void FailAt(Op op, uint64_t n, Code code) {
@@ -61,7 +57,7 @@ void FailAt(Op op, uint64_t n, Code code) {
   env.ClearFailures();
   auto log = OpenLog(&env, o);
   std::set<std::string> found;
-  for (const test::ReadBack& r : ReadAll(*log, log->DurableRssp())) found.insert(r.payload);
+  for (const ReadBack& r : ReadAll(*log, log->DurableRssp())) found.insert(r.payload);
   for (const auto& a : acked) {
     for (const std::string& p : a) {
       INFO("acknowledged record " << p << " lost");
@@ -96,4 +92,4 @@ TEST_CASE("wal: failures at every write and sync up to 40", "[.][wal][failure]")
 }
 
 }  // namespace
-}  // namespace deuteron::wal
+}  // namespace deuteron::wal::test

@@ -11,14 +11,8 @@
 #include "common/fault_env.h"
 #include "tests/tc/wal/wal_test_util.h"
 
-namespace deuteron::wal {
+namespace deuteron::wal::test {
 namespace {
-
-using test::kDir;
-using test::OpenLog;
-using test::Payload;
-using test::ReadAll;
-using test::SmallOptions;
 
 const std::string kSegment1 = JoinPath(kDir, SegmentFileName(kFirstSegment));
 
@@ -36,6 +30,19 @@ std::vector<LogSpan> WriteRecords(Env* env, const LogOptions& o, uint64_t n) {
   return spans;
 }
 
+struct SavedLog {
+  std::string meta;
+  std::string segment;  // segment 1
+};
+
+SavedLog Save(Env* env) {
+  Result<std::string> meta = ReadFileToString(env, JoinPath(kDir, kMetaFileName));
+  Result<std::string> segment = ReadFileToString(env, kSegment1);
+  REQUIRE(meta.ok());
+  REQUIRE(segment.ok());
+  return SavedLog{*meta, *segment};
+}
+
 // A fresh MemEnv holding `meta` and segment 1 with `segment` as its bytes.
 std::unique_ptr<Env> EnvWith(const std::string& meta, const std::string& segment) {
   auto env = NewMemEnv();
@@ -49,10 +56,7 @@ TEST_CASE("wal: a torn tail at every byte offset of the last record is cut", "[w
   auto env = NewMemEnv();
   const LogOptions o = SmallOptions();
   const std::vector<LogSpan> spans = WriteRecords(env.get(), o, 30);
-  Result<std::string> meta = ReadFileToString(env.get(), JoinPath(kDir, kMetaFileName));
-  Result<std::string> full = ReadFileToString(env.get(), kSegment1);
-  REQUIRE(meta.ok());
-  REQUIRE(full.ok());
+  const SavedLog saved = Save(env.get());
   const LogSpan last = spans.back();
   const uint64_t base = SegmentStart(kFirstSegment, o.segment_size);
   for (const char fill : {'\0', '\xab'}) {  // zeros, or bytes of an older use of the file
@@ -61,13 +65,13 @@ TEST_CASE("wal: a torn tail at every byte offset of the last record is cut", "[w
     const uint64_t record_bytes = kRecordHeaderSize + 40 + (spans.size() - 1) % 50;
     for (uint64_t cut = 0; cut < record_bytes; ++cut) {
       INFO("cut " << cut << " fill " << int(fill));
-      std::string torn = *full;
+      std::string torn = saved.segment;
       std::fill(torn.begin() + static_cast<long>(last.lsn - base + cut),
                 torn.begin() + static_cast<long>(last.lsn - base + record_bytes), fill);
-      auto crashed = EnvWith(*meta, torn);
+      auto crashed = EnvWith(saved.meta, torn);
       auto log = OpenLog(crashed.get(), o);
       REQUIRE(log->Esl() == last.lsn);
-      const std::vector<test::ReadBack> all = ReadAll(*log, log->DurableRssp());
+      const std::vector<ReadBack> all = ReadAll(*log, log->DurableRssp());
       REQUIRE(all.size() == spans.size() - 1);
       for (size_t i = 0; i < all.size(); ++i) REQUIRE(all[i].payload == Payload("r", i, 40 + i % 50));
       // Writing resumes where the tail was cut, and survives a reopen.
@@ -86,18 +90,15 @@ TEST_CASE("wal: a flipped bit before the tail is Corruption naming segment and o
   auto env = NewMemEnv();
   const LogOptions o = SmallOptions();
   const std::vector<LogSpan> spans = WriteRecords(env.get(), o, 40);
-  Result<std::string> meta = ReadFileToString(env.get(), JoinPath(kDir, kMetaFileName));
-  Result<std::string> full = ReadFileToString(env.get(), kSegment1);
-  REQUIRE(meta.ok());
-  REQUIRE(full.ok());
+  const SavedLog saved = Save(env.get());
   const LogSpan victim = spans[20];
   const uint64_t offset = victim.lsn % o.segment_size;
   // A bit in the header checksum, the position, the length, and the payload.
   for (const uint64_t at : {uint64_t{1}, uint64_t{9}, uint64_t{17}, kRecordHeaderSize + 3}) {
     INFO("byte " << at << " of the record");
-    std::string bad = *full;
+    std::string bad = saved.segment;
     bad[offset + at] = static_cast<char>(bad[offset + at] ^ 0x10);
-    auto damaged = EnvWith(*meta, bad);
+    auto damaged = EnvWith(saved.meta, bad);
     Result<std::unique_ptr<Log>> log = Log::Open(damaged.get(), kDir, o);
     REQUIRE(log.status().code() == Code::kCorruption);
     const std::string msg = log.status().ToString();
@@ -116,7 +117,7 @@ void PowerLoss(CrashMode mode, uint64_t seed) {
   const LogOptions o = SmallOptions(8192, 4096);
   std::set<std::string> acked;
   {
-    test::KillableEnv process(&env);
+    KillableEnv process(&env);
     auto log = OpenLog(&process, o);
     constexpr int kThreads = 8;
     std::vector<std::vector<std::string>> done(kThreads);
@@ -143,7 +144,7 @@ void PowerLoss(CrashMode mode, uint64_t seed) {
   }
   auto log = OpenLog(&env, o);
   std::set<std::string> found;
-  for (const test::ReadBack& r : ReadAll(*log, log->DurableRssp())) {
+  for (const ReadBack& r : ReadAll(*log, log->DurableRssp())) {
     REQUIRE(found.insert(r.payload).second);
   }
   for (const std::string& p : acked) {
@@ -166,4 +167,4 @@ TEST_CASE("wal: power loss, many seeds", "[.][wal][recovery][crash]") {
 }
 
 }  // namespace
-}  // namespace deuteron::wal
+}  // namespace deuteron::wal::test

@@ -9,14 +9,8 @@
 
 #include "tests/tc/wal/wal_test_util.h"
 
-namespace deuteron::wal {
+namespace deuteron::wal::test {
 namespace {
-
-using test::kDir;
-using test::OpenLog;
-using test::Payload;
-using test::ReadAll;
-using test::SmallOptions;
 
 TEST_CASE("wal: commits get increasing spans and read back after reopen", "[wal]") {
   auto env = NewMemEnv();
@@ -37,7 +31,7 @@ TEST_CASE("wal: commits get increasing spans and read back after reopen", "[wal]
   }
   auto log = OpenLog(env.get(), o);
   REQUIRE(log->Esl() == spans.back().end);
-  const std::vector<test::ReadBack> all = ReadAll(*log, log->DurableRssp());
+  const std::vector<ReadBack> all = ReadAll(*log, log->DurableRssp());
   REQUIRE(all.size() == spans.size());
   for (size_t i = 0; i < all.size(); ++i) {
     REQUIRE(all[i].lsn == spans[i].lsn);
@@ -45,7 +39,7 @@ TEST_CASE("wal: commits get increasing spans and read back after reopen", "[wal]
     REQUIRE(all[i].payload == Payload("r", i, 10 + i * 7 % 300));
   }
   // Reading from an LSN inside a record starts with that record.
-  const std::vector<test::ReadBack> tail = ReadAll(*log, spans[120].lsn + 5);
+  const std::vector<ReadBack> tail = ReadAll(*log, spans[120].lsn + 5);
   REQUIRE(tail.size() == 80);
   REQUIRE(tail.front().lsn == spans[120].lsn);
   // Too large, and after Close.
@@ -85,11 +79,11 @@ TEST_CASE("wal: group commit with 64 threads reads back each record once, in LSN
     for (uint64_t i = 0; i < kPerThread; ++i) expected[spans[t][i].lsn] = {t, i};
   }
   REQUIRE(expected.size() == kThreads * kPerThread);  // spans are disjoint
-  auto check = [&](const std::vector<test::ReadBack>& all) {
+  auto check = [&](const std::vector<ReadBack>& all) {
     REQUIRE(all.size() == expected.size());
     auto it = expected.begin();
     std::vector<uint64_t> next(kThreads, 0);
-    for (const test::ReadBack& r : all) {
+    for (const ReadBack& r : all) {
       REQUIRE(r.lsn == it->first);
       const auto [t, i] = it->second;
       REQUIRE(r.end == spans[t][i].end);
@@ -130,7 +124,7 @@ TEST_CASE("wal: truncation below the durable RSSP, and recovery after it", "[wal
   const Log::Stats stats = log->GetStats();
   REQUIRE(stats.segments_recycled + stats.segments_deleted == first - kFirstSegment);
   REQUIRE(log->NewReader(spans[0].lsn).status().code() == Code::kNotFound);
-  std::vector<test::ReadBack> from = ReadAll(*log, rssp);
+  std::vector<ReadBack> from = ReadAll(*log, rssp);
   REQUIRE(from.size() == 50);
   REQUIRE(from.front().lsn == spans[50].lsn);
   REQUIRE(log->Close().ok());
@@ -167,10 +161,10 @@ TEST_CASE("wal: a recycled segment never resurrects an old record", "[wal]") {
 
   auto reopened = OpenLog(env.get(), o);
   REQUIRE(reopened->Esl() == b_end);
-  const std::vector<test::ReadBack> all = ReadAll(*reopened, reopened->DurableRssp());
+  const std::vector<ReadBack> all = ReadAll(*reopened, reopened->DurableRssp());
   REQUIRE(all.size() == b_count);
   for (size_t i = 0; i < all.size(); ++i) REQUIRE(all[i].payload == Payload("B", i, 200));
 }
 
 }  // namespace
-}  // namespace deuteron::wal
+}  // namespace deuteron::wal::test

@@ -266,9 +266,17 @@ class Log::Impl {
   Status WaitDurable(Lsn end) {
     if (esl_.load(std::memory_order_acquire) >= end) return Status::OK();
     if (failed_.load(std::memory_order_acquire)) return FailStatus();
-    // Poll first, one committer at a time: the ESL usually arrives within
-    // one fdatasync, and a futex wake costs tens of microseconds on a vCPU.
-    if (spinners_.fetch_add(1, std::memory_order_relaxed) < opts_.max_spinning_committers) {
+    // Poll first, one committer at a time and only while nobody sleeps (a
+    // light load): the ESL usually arrives within one fdatasync, and a futex
+    // wake costs tens of microseconds on a vCPU. Under load a poller would
+    // only take a core from the writer and from the committers it wakes.
+    bool poll = sleepers_.load(std::memory_order_relaxed) == 0;
+    if (poll &&
+        spinners_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_spinning_committers) {
+      spinners_.fetch_sub(1, std::memory_order_relaxed);
+      poll = false;
+    }
+    if (poll) {
       const uint64_t deadline = NowMicros() + opts_.committer_spin_us;
       bool covered = false;
       do {
@@ -276,13 +284,13 @@ class Log::Impl {
           covered = esl_.load(std::memory_order_acquire) >= end;
           CpuRelax();
         }
-        if (covered || failed_.load(std::memory_order_acquire)) break;
-        std::this_thread::yield();
+        if (covered || failed_.load(std::memory_order_acquire) ||
+            sleepers_.load(std::memory_order_relaxed) > 0) {
+          break;
+        }
       } while (NowMicros() < deadline);
       spinners_.fetch_sub(1, std::memory_order_relaxed);
       if (covered) return Status::OK();
-    } else {
-      spinners_.fetch_sub(1, std::memory_order_relaxed);
     }
 
     Waiter w;

@@ -212,10 +212,7 @@ class Log::Impl {
     return Status::OK();
   }
 
-  void Start() {
-    writer_ = std::thread([this] { WriterLoop(); });
-    notifier_ = std::thread([this] { NotifierLoop(); });
-  }
+  void Start() { writer_ = std::thread([this] { WriterLoop(); }); }
 
   // ------------------------------------------------------------ committers
 
@@ -365,9 +362,6 @@ class Log::Impl {
     closing_.store(true, std::memory_order_seq_cst);
     WakeWriter();
     if (writer_.joinable()) writer_.join();
-    stop_notifier_.store(true, std::memory_order_seq_cst);
-    NudgeNotifier();
-    if (notifier_.joinable()) notifier_.join();
     if (file_ != nullptr) {
       Status s = file_->Close();
       file_.reset();
@@ -449,9 +443,9 @@ class Log::Impl {
   }
 
   // Wakes the sleepers the ESL `esl` covers (invariant 4). The futex wakes
-  // happen outside mu_: on a vCPU each costs tens of microseconds.
+  // happen outside mu_, so committers going to sleep do not wait for them.
   void WakeCovered(Lsn esl) {
-    std::vector<Waiter*>& covered = wake_batch_;  // the notifier's own
+    std::vector<Waiter*>& covered = wake_batch_;  // the writer's own
     covered.clear();
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -467,22 +461,6 @@ class Log::Impl {
       sleepers_.fetch_sub(static_cast<int>(covered.size()), std::memory_order_relaxed);
     }
     for (Waiter* w : covered) Release(w, kDurable);
-  }
-
-  // The notifier thread wakes sleepers, so that the writer goes on to its
-  // next group at once instead of paying for every futex wake itself.
-  void NudgeNotifier() {
-    notify_seq_.fetch_add(1, std::memory_order_seq_cst);
-    FutexWakeOne(&notify_seq_);
-  }
-
-  void NotifierLoop() {
-    for (;;) {
-      const uint32_t seen = notify_seq_.load(std::memory_order_seq_cst);
-      WakeCovered(esl_.load(std::memory_order_seq_cst));
-      if (stop_notifier_.load(std::memory_order_seq_cst)) return;
-      while (notify_seq_.load(std::memory_order_seq_cst) == seen) FutexWait(&notify_seq_, seen);
-    }
   }
 
   // Invariant 5: the log stops for good.
@@ -567,7 +545,7 @@ class Log::Impl {
     }
     RETURN_IF_ERROR(SyncFile());
     esl_.store(to, std::memory_order_seq_cst);  // invariant 4
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) NudgeNotifier();
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(to);
     groups_.fetch_add(1, std::memory_order_relaxed);
     bytes_written_.fetch_add(to - from, std::memory_order_relaxed);
     return Status::OK();
@@ -698,14 +676,9 @@ class Log::Impl {
   std::mutex space_mu_;
   std::condition_variable space_cv_;
 
-  // The notifier thread's own.
-  std::thread notifier_;
-  std::vector<Waiter*> wake_batch_;
-  alignas(64) std::atomic<uint32_t> notify_seq_{0};
-  std::atomic<bool> stop_notifier_{false};
-
-  // The writer thread's own: the segment file it writes.
+  // The writer thread's own: the segment file it writes, the sleepers it wakes.
   std::thread writer_;
+  std::vector<Waiter*> wake_batch_;
   std::unique_ptr<File> file_;
   uint64_t file_segment_ = 0;
   bool file_dirty_ = false;

@@ -16,10 +16,9 @@
 //     it has written: slot[x] > x means [x, slot[x]) is filled. Stale slots
 //     from an earlier lap of the ring hold ends at or below x, never above.
 //  4. The writer writes the filled prefix as one group, syncs it, then stores
-//     the ESL and nudges the notifier thread, which wakes exactly the sleeping
-//     committers whose record ends at or below it (the writer goes on to the
-//     next group meanwhile). The ESL only grows and never passes a byte that
-//     is not synced.
+//     the ESL and wakes exactly the sleeping committers whose record ends at
+//     or below it (outside the waiter lock). The ESL only grows and never
+//     passes a byte that is not synced.
 //  5. After a failed write, sync or segment switch the log is failed: the
 //     ESL stops, every waiter and every later call gets that error (IOError,
 //     or NoSpace for ENOSPC); nothing is retried.

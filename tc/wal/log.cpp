@@ -310,7 +310,7 @@ class Log::Impl {
     }
     committer_sleeps_.fetch_add(1, std::memory_order_relaxed);
     while (w.state.load(std::memory_order_acquire) == kWaiting) FutexWait(&w.state, kWaiting);
-    while (!w.released.load(std::memory_order_acquire)) CpuRelax();  // the waker is done with w
+    { std::lock_guard<std::mutex> g(wake_mu_); }  // the waker is done with w
     if (w.state.load(std::memory_order_relaxed) == kDurable) return Status::OK();
     return FailStatus();
   }
@@ -388,19 +388,18 @@ class Log::Impl {
 
  private:
   static constexpr uint32_t kWaiting = 0, kDurable = 1, kFailed = 2;
-  // A sleeping committer, on its own stack. The waker stores `state`, wakes
-  // its futex, then sets `released`; the committer returns only after that,
-  // so the waker never touches a Waiter that is gone.
+  // A sleeping committer, on its own stack. The waker stores `state` and
+  // wakes its futex while holding wake_mu_; the committer takes wake_mu_ once
+  // before it returns, so the waker never touches a Waiter that is gone.
   struct Waiter {
     Lsn end = kNullLsn;
     std::atomic<uint32_t> state{kWaiting};
-    std::atomic<bool> released{false};
   };
 
+  // REQUIRES: wake_mu_ held.
   static void Release(Waiter* w, uint32_t state) {
     w->state.store(state, std::memory_order_release);
     FutexWakeOne(&w->state);
-    w->released.store(true, std::memory_order_release);
   }
 
   std::atomic<uint64_t>& Slot(Lsn lsn) { return slots_[(lsn / kRecordAlign) & (slot_count_ - 1)]; }
@@ -460,6 +459,7 @@ class Log::Impl {
       }
       sleepers_.fetch_sub(static_cast<int>(covered.size()), std::memory_order_relaxed);
     }
+    std::lock_guard<std::mutex> g(wake_mu_);
     for (Waiter* w : covered) Release(w, kDurable);
   }
 
@@ -476,6 +476,7 @@ class Log::Impl {
       }
       // Records the ESL already covered are durable and reported so.
       const Lsn esl = esl_.load(std::memory_order_acquire);
+      std::lock_guard<std::mutex> g(wake_mu_);
       for (Waiter* w : waiters_) Release(w, w->end <= esl ? kDurable : kFailed);
       sleepers_.fetch_sub(static_cast<int>(waiters_.size()), std::memory_order_relaxed);
       waiters_.clear();
@@ -669,8 +670,9 @@ class Log::Impl {
   std::atomic<bool> closing_{false};
   std::atomic<bool> closed_{false};
 
-  std::mutex mu_;
+  std::mutex mu_;                 // lock order: mu_ before wake_mu_
   std::vector<Waiter*> waiters_;  // GUARDED_BY(mu_)
+  std::mutex wake_mu_;            // held while waking sleepers
   Status fail_status_;            // GUARDED_BY(mu_), set once
 
   std::mutex space_mu_;

@@ -107,19 +107,30 @@ void PrintResult(const char* system, int threads, size_t size, int round, const 
 
 // ------------------------------------------------------------------ systems
 
-wal::LogOptions DeuteronOptions() {
+// The log's polling knobs, settable with --set NAME=VALUE.
+std::vector<Setting> LogSettings() {
+  const wal::LogOptions d;
+  return {{"writer_spin_us", "how long the writer polls for the next group before it sleeps", 0,
+           100000, d.writer_spin_us},
+          {"committer_spin_us", "how long a lone committer polls the ESL before it sleeps", 0,
+           100000, d.committer_spin_us}};
+}
+
+wal::LogOptions DeuteronOptions(const BenchArgs& args) {
   wal::LogOptions o;
   o.segment_size = 16ull << 20;
   o.buffer_size = 4ull << 20;
   o.spare_segments = 4;
+  o.writer_spin_us = static_cast<uint32_t>(args.SettingValue("writer_spin_us"));
+  o.committer_spin_us = static_cast<uint32_t>(args.SettingValue("committer_spin_us"));
   return o;
 }
 
 // Every cell of one round for the deuteron system, on one log.
 class DeuteronSystem {
  public:
-  explicit DeuteronSystem(const std::string& dir) {
-    log_ = CheckOk(wal::Log::Open(Env::Posix(), dir, DeuteronOptions()), "open wal");
+  DeuteronSystem(const std::string& dir, const wal::LogOptions& options) {
+    log_ = CheckOk(wal::Log::Open(Env::Posix(), dir, options), "open wal");
     checkpointer_ = std::thread([this] {
       std::unique_lock<std::mutex> l(mu_);
       while (!cv_.wait_for(l, std::chrono::milliseconds(100), [this] { return done_; })) {
@@ -276,6 +287,7 @@ int Main(int argc, char** argv) {
       "target <= 1.2). --rounds N adds median ratio lines. See bench/README.md.";
   info.default_threads = {1, 4, 16, 64};
   info.takes_rounds = true;
+  info.settings = LogSettings();
   info.groups = {{"deuteron", "the write-ahead log (tc/wal)"},
                  {"rocksdb", "RocksDB Put with WriteOptions::sync = true"},
                  {"fdatasync", "one writer: append + fdatasync"}};
@@ -307,7 +319,9 @@ int Main(int argc, char** argv) {
       RemoveTree(dir);
     };
     auto run_deuteron = [&] {
-      run_store("deuteron", [](const std::string& d) { return std::make_unique<DeuteronSystem>(d); });
+      run_store("deuteron", [&](const std::string& d) {
+        return std::make_unique<DeuteronSystem>(d, DeuteronOptions(args));
+      });
     };
     auto run_rocksdb = [&] {
       run_store("rocksdb", [](const std::string& d) { return std::make_unique<RocksSystem>(d); });

@@ -282,9 +282,11 @@ Status Dc::ProposeRssp(uint64_t rssp) {
     return Status::InvalidArgument("rssp " + std::to_string(rssp) + " is above ESL " +
                                    std::to_string(esl) + " + 1");
   }
-  // Flush under the current ESL, not rssp - 1: a base consolidated with a
-  // tag in (rssp - 1, esl] holds records below rssp, and a flush bounded by
-  // rssp - 1 would skip it (dc/dc.md).
+  if (rssp_hook_) rssp_hook_();
+  // Flush under the ESL, not rssp - 1: a base consolidated with a tag in
+  // (rssp - 1, esl] holds records below rssp. A base consolidated under a
+  // newer ESL since (a racing Apply) is flushed under that one: FlushAll
+  // re-reads the bound rather than skip it (dc/dc.md).
   RETURN_IF_ERROR(tree_->FlushAll(esl));
   // Flushes by other threads (the evictor, structure changes) that this one
   // found done are made stable too.

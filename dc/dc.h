@@ -118,6 +118,11 @@ class Dc final : public DataComponent {
   // Test hook: RestartTo calls `hook` while the DC is kRestarting with the
   // cache dropped (before it reopens). REQUIRES: set before any RestartTo.
   void TEST_SetRestartHook(std::function<void()> hook) { restart_hook_ = std::move(hook); }
+  // Test hook: ProposeRssp calls `hook` after it read the ESL, before it
+  // flushes (holding the gate shared and rssp_mu_: the hook may run record
+  // calls on another thread, not ProposeRssp). REQUIRES: set before any
+  // ProposeRssp.
+  void TEST_SetRsspHook(std::function<void()> hook) { rssp_hook_ = std::move(hook); }
 
  private:
   Dc(Env* env, std::string dir, DcOptions options);
@@ -151,6 +156,7 @@ class Dc final : public DataComponent {
   bool closed_ = false;                   // GUARDED_BY(restart_mu_)
   bool skip_close_ = false;
   std::function<void()> restart_hook_;
+  std::function<void()> rssp_hook_;
 
   // The ESL (monotonic except RestartTo) and the acknowledged RSSP
   // (monotonic, written under rssp_mu_ after dc.meta is durable). Read by

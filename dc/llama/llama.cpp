@@ -796,12 +796,17 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   for (const PageNode* n : info.unflushed) {
     if (n->tag <= bound) selected.push_back(n);
   }
-  if (selected.empty()) return FlushResult{};
-  // Deltas need a durable base beneath them: none yet, or one above the bound.
   const bool whole = info.base == nullptr || !info.base_flushed;
-  if (info.base == nullptr || (whole && info.base->tag > bound)) {
+  // An unflushed base above the bound is blocked even with nothing else to
+  // write: it may hold records at or below the bound (folded from deltas),
+  // which are then not in the LSS. Reporting it clean would let a caller
+  // take them for durable.
+  if (info.base != nullptr && whole && info.base->tag > bound) {
     return FlushResult{FlushOutcome::kBlocked};
   }
+  if (selected.empty()) return FlushResult{};
+  // Deltas need a durable base beneath them.
+  if (info.base == nullptr) return FlushResult{FlushOutcome::kBlocked};
   assert(whole || info.lss_head != kNullAddress);
 
   const size_t payload = PagePayloadSize(selected);

@@ -76,7 +76,9 @@ enum class FlushOutcome {
   kFlushed,    // records written to the LSS buffer, flush node installed
   kClean,      // nothing under the bound was unflushed
   kBlocked,    // no durable base to write deltas over: the page has no base,
-               // or its base is unflushed with a tag above the bound
+               // or its base is unflushed with a tag above the bound (then
+               // even with nothing else to write: the base may hold records
+               // under the bound that are not in the LSS)
   kRaced,      // the page changed between reading and the CAS (space voided)
 };
 

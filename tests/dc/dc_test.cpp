@@ -312,3 +312,55 @@ TEST_CASE("DC: Close flushes what the ESL allows, then refuses calls", "[dc]") {
 }
 
 }  // namespace deuteron::dc
+
+namespace deuteron::dc {
+
+// Issue 35: ProposeRssp reads the ESL, then a racing Apply raises it and
+// consolidates the leaf under the newer one before FlushAll reaches it. The
+// leaf's unflushed base then has a tag above the ESL ProposeRssp read; a
+// flush that skipped it as blocked acknowledged R with records below R only
+// in memory.
+TEST_CASE("DC: an RSSP flush writes a base consolidated under a newer ESL", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  const std::vector<std::string> keys = {"k1", "k2", "k3", "k4", "k5"};
+  // LSNs 1-5 as deltas: nothing folds under ESL 0.
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, keys[lsn - 1], lsn).ok());
+  }
+  REQUIRE(dc->SetEsl(5).ok());
+  const uint64_t before = dc->TEST_tree()->GetStats().consolidations;
+  bool raced = false;
+  dc->TEST_SetRsspHook([&] {
+    if (raced) return;
+    raced = true;
+    // Another thread (this one holds rssp_mu_) applies under ESL 10: the
+    // leaf consolidates, folding LSNs 1-8 into a base tagged above 5.
+    Status s;
+    std::thread t([&] {
+      for (uint64_t lsn = 6; lsn <= 8 && s.ok(); ++lsn) {
+        s = ApplyOne(dc, RecordOpKind::kUpsert, "k6", lsn, /*esl=*/10);
+      }
+    });
+    t.join();
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+  });
+  REQUIRE(dc->ProposeRssp(6).ok());
+  REQUIRE(raced);
+  REQUIRE(dc->TEST_tree()->GetStats().consolidations > before);
+  h.Crash();
+  DataComponent* after = h.dc();
+  Result<DcHealth> health = after->Health();
+  REQUIRE(health.ok());
+  CHECK(health->rssp == 6);
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    INFO("key " << keys[lsn - 1]);
+    const ReadResult r = GetKey(after, keys[lsn - 1]);
+    CHECK(r.found);
+    CHECK(r.lsn == lsn);
+  }
+}
+
+}  // namespace deuteron::dc

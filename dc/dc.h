@@ -64,12 +64,17 @@ struct DcOptions {
 inline constexpr char kDcMetaFileName[] = "dc.meta";
 inline constexpr char kDcMetaTempFileName[] = "dc.meta.tmp";
 inline constexpr uint64_t kDcMetaMagic = 0x544D43444E525444ull;  // "DTRNDCMT"
-inline constexpr uint32_t kDcMetaVersion = 1;
-inline constexpr size_t kDcMetaSize = 32;
+inline constexpr uint32_t kDcMetaVersion = 2;
+inline constexpr size_t kDcMetaSize = 40;    // version 2 (written)
+inline constexpr size_t kDcMetaSizeV1 = 32;  // version 1 (read)
 
 // dc.meta's content; encoded as dc/dc.md says.
 struct DcMeta {
   uint64_t rssp = 0;
+  // LLAMA's Hi-Stable when rssp was acknowledged: every LSS buffer below it
+  // was reported stable, so recovery takes damage there for corruption
+  // (LssOptions::stable_floor). 0 in a version 1 file.
+  uint64_t stable_lss = 0;
 };
 std::string EncodeDcMeta(const DcMeta& meta);
 // Corruption for a bad size, magic or checksum; NotSupported for a newer
@@ -163,6 +168,9 @@ class Dc final : public DataComponent {
   // the tree's and the evictor's bound callbacks on any thread.
   std::atomic<uint64_t> esl_{0};
   std::atomic<uint64_t> rssp_{0};
+  // dc.meta's stable_lss as last written or read: OpenStore hands it to
+  // LLAMA's recovery. Written under rssp_mu_ or with gate_ exclusive.
+  std::atomic<uint64_t> stable_lss_{0};
   // max_durable_lsn as of Open / the last RestartTo (for ready()), and the
   // latest seen (for Health while the store is unavailable).
   std::atomic<uint64_t> ready_durable_{0};

@@ -992,7 +992,7 @@ TEST_CASE("DC contract: an RSSP acknowledged while writers move the ESL survives
   RunRsspRace(kind, TestSeed(), 20);
 }
 
-TEST_CASE("DC contract: RSSPs racing ESL-moving writers, many cycles", "[dc][contract][.]") {
+TEST_CASE("DC contract: RSSPs racing ESL-moving writers over many cycles", "[dc][contract][.]") {
   const std::string kind = GENERATE(from_range(HarnessKinds()));
   RunRsspRace(kind, TestSeed(), 300);
 }

@@ -82,10 +82,11 @@ class InProcessHarness : public DcHarness {
     Open();
   }
 
-  // Crash() without the reopen: dc() is null until Restore().
-  void Kill() {
+  // Crash() without the reopen: dc() is null until Restore(). `mode` says
+  // what becomes of unsynced writes.
+  void Kill(CrashMode mode = CrashMode::kDropUnsynced) {
     dc_->TEST_SkipCloseOnDestroy();
-    REQUIRE(env_.SimulateCrash(CrashMode::kDropUnsynced).ok());
+    REQUIRE(env_.SimulateCrash(mode).ok());
     dc_.reset();
   }
   void Restore() { Open(); }

@@ -19,6 +19,7 @@
 #include "common/random.h"
 #include "dc/bwtree/bwtree.h"
 #include "dc/llama/llama.h"
+#include "dc/llama/lss_format.h"
 #include "tests/dc/dc_harness.h"
 
 namespace deuteron::dc {
@@ -47,12 +48,13 @@ ReadResult GetKey(DataComponent* dc, const std::string& key) {
 }  // namespace
 
 TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
-  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull});
+  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x1122334455667788ull});
   REQUIRE(bytes.size() == kDcMetaSize);
   CHECK(bytes.substr(0, 8) == "DTRNDCMT");
   Result<DcMeta> m = DecodeDcMeta(bytes);
   REQUIRE(m.ok());
   CHECK(m->rssp == 0x0102030405060708ull);
+  CHECK(m->stable_lss == 0x1122334455667788ull);
 
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
@@ -60,12 +62,29 @@ TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
     INFO("byte " << i);
     CHECK(DecodeDcMeta(bad).status().IsCorruption());
   }
+  CHECK(DecodeDcMeta(bytes.substr(0, kDcMetaSize - 1)).status().IsCorruption());
   CHECK(DecodeDcMeta(bytes.substr(0, 31)).status().IsCorruption());
+  const size_t crc = kDcMetaSize - 4;
   // A newer version, with a valid checksum, is NotSupported.
   std::string newer = bytes;
   EncodeFixed32(&newer[8], kDcMetaVersion + 1);
-  EncodeFixed32(&newer[28], crc32c::Mask(crc32c::Value(newer.data(), 28)));
+  EncodeFixed32(&newer[crc], crc32c::Mask(crc32c::Value(newer.data(), crc)));
   CHECK(HasCode(DecodeDcMeta(newer).status(), Code::kNotSupported));
+  // Version 1 (32 bytes, no stable LSS address) is still read.
+  std::string v1(kDcMetaSizeV1, '\0');
+  EncodeFixed64(&v1[0], kDcMetaMagic);
+  EncodeFixed32(&v1[8], 1);
+  EncodeFixed64(&v1[16], 77);
+  EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
+  m = DecodeDcMeta(v1);
+  REQUIRE(m.ok());
+  CHECK(m->rssp == 77);
+  CHECK(m->stable_lss == 0);
+  // A version that does not match the size is Corruption.
+  std::string mismatched = bytes;
+  EncodeFixed32(&mismatched[8], 1);
+  EncodeFixed32(&mismatched[crc], crc32c::Mask(crc32c::Value(mismatched.data(), crc)));
+  CHECK(DecodeDcMeta(mismatched).status().IsCorruption());
 }
 
 TEST_CASE("dc.meta is written atomically and read at open", "[dc]") {
@@ -358,6 +377,107 @@ TEST_CASE("DC: an RSSP flush writes a base consolidated under a newer ESL", "[dc
   for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
     INFO("key " << keys[lsn - 1]);
     const ReadResult r = GetKey(after, keys[lsn - 1]);
+    CHECK(r.found);
+    CHECK(r.lsn == lsn);
+  }
+}
+
+namespace {
+
+constexpr char kSegment0[] = "/dc/lss/0000000000000000.seg";
+
+DcMeta ReadDcMeta(Env* env) {
+  Result<std::unique_ptr<File>> f = env->OpenFile("/dc/dc.meta", OpenMode::kRead);
+  REQUIRE(f.ok());
+  std::string bytes(kDcMetaSize, '\0');
+  REQUIRE((*f)->ReadExactAt(0, bytes.data(), bytes.size()).ok());
+  Result<DcMeta> m = DecodeDcMeta(bytes);
+  REQUIRE(m.ok());
+  return *m;
+}
+
+// The base of the last buffer of segment 0 that begins below `below`.
+uint64_t LastBufferBelow(Env* env, uint64_t below, uint64_t segment_size) {
+  Result<std::unique_ptr<File>> f = env->OpenFile(kSegment0, OpenMode::kRead);
+  REQUIRE(f.ok());
+  uint64_t pos = llama::kSegmentHeaderArea;
+  uint64_t last = 0;
+  while (pos < below) {
+    std::string hdr(llama::kBufferHeaderSize, '\0');
+    REQUIRE((*f)->ReadExactAt(pos, hdr.data(), hdr.size()).ok());
+    Result<llama::BufferHeader> h = llama::DecodeBufferHeader(hdr);
+    REQUIRE(h.ok());
+    last = pos;
+    pos = llama::NextBufferBase(pos, h->used, segment_size);
+  }
+  REQUIRE(last != 0);
+  return last;
+}
+
+}  // namespace
+
+// Issue 35, item 2: the reproduction. The last buffer was reported stable
+// (R was acknowledged over it), so damage in it is not a torn tail.
+TEST_CASE("DC: damage in the last LSS buffer below an acknowledged RSSP is Corruption", "[dc]") {
+  HarnessConfig config;
+  config.seed = TestSeed();
+  INFO("seed " << config.seed);
+  InProcessHarness h(config);
+  FaultInjectionEnv* env = h.env();
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
+  }
+  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  h.Kill();
+  const DcMeta meta = ReadDcMeta(env);
+  CHECK(meta.rssp == 6);
+  const uint64_t segment_size = InProcessHarness::Options(config).llama.lss.segment_size;
+  REQUIRE(meta.stable_lss > llama::kSegmentHeaderArea);
+  REQUIRE(meta.stable_lss < segment_size);
+  const uint64_t last = LastBufferBelow(env, meta.stable_lss, segment_size);
+  REQUIRE(env->CorruptRange(kSegment0, last + llama::kBufferHeaderSize + 8, 8, 3).ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFO("open " << attempt);  // the damage is left for a second look
+    Result<std::unique_ptr<Dc>> dc = Dc::Open(env, "/dc", InProcessHarness::Options(config));
+    INFO(dc.status().ToString());
+    CHECK(dc.status().IsCorruption());
+  }
+}
+
+// Issue 35, item 2: a buffer written after the last acknowledged RSSP and
+// never reported stable (its sync failed) is a torn tail: cut, and the store
+// opens with everything below the RSSP.
+TEST_CASE("DC: a torn LSS write above the recorded stable point is cut", "[dc]") {
+  HarnessConfig config;
+  config.seed = TestSeed();
+  INFO("seed " << config.seed);
+  InProcessHarness h(config);
+  FaultInjectionEnv* env = h.env();
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
+  }
+  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  for (uint64_t lsn = 6; lsn <= 10; ++lsn) {
+    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 10).ok());
+  }
+  // The flush reaches the file; its sync fails, so nothing is acknowledged.
+  env->FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+  CHECK(!h.dc()->ProposeRssp(11).ok());
+  h.Kill(CrashMode::kTearUnsynced);
+  const DcMeta meta = ReadDcMeta(env);
+  CHECK(meta.rssp == 6);
+  // Whatever prefix of the write survived, damage it too.
+  Result<uint64_t> size = env->GetFileSize(kSegment0);
+  REQUIRE(size.ok());
+  const uint64_t at = meta.stable_lss + llama::kBufferHeaderSize + 8;
+  if (*size >= at + 8) REQUIRE(env->CorruptRange(kSegment0, at, 8, 3).ok());
+  h.Restore();
+  Result<DcHealth> health = h.dc()->Health();
+  REQUIRE(health.ok());
+  CHECK(health->rssp == 6);
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    INFO("lsn " << lsn);
+    const ReadResult r = GetKey(h.dc(), "k" + std::to_string(lsn));
     CHECK(r.found);
     CHECK(r.lsn == lsn);
   }

@@ -1032,10 +1032,14 @@ std::unique_ptr<Llama::SystemTxn> Llama::TBegin() {
 
 Result<PageId> Llama::TAllocate(SystemTxn* txn) {
   assert(!txn->finished_);
+  // Allocated and private in one hold: a checkpoint never sees the PID
+  // allocated (empty) and not private, which would record it allocated and
+  // leak it if the transaction aborts or the process crashes.
+  std::lock_guard<std::mutex> lock(att_mu_);
   ASSIGN_OR_RETURN(PageId pid, mapping_->Allocate());
   txn->allocated_.push_back(pid);
-  std::lock_guard<std::mutex> lock(att_mu_);
   private_pages_.insert(pid);
+  if (checkpoint_reading_) allocated_in_checkpoint_.push_back(pid);
   return pid;
 }
 
@@ -1277,7 +1281,10 @@ Status Llama::Checkpoint() {
   {
     std::lock_guard<std::mutex> att(att_mu_);
     private_pages = private_pages_;
+    checkpoint_reading_ = true;
+    allocated_in_checkpoint_.clear();
   }
+  if (checkpoint_hook_for_test_) checkpoint_hook_for_test_();
   const PageId high_water = mapping_->high_water();
   d.entries.assign(high_water - 1, 0);
   constexpr PageId kPagesPerGuard = 4096;  // let reclamation progress on big tables
@@ -1298,6 +1305,16 @@ Status Llama::Checkpoint() {
         out = info.lss_head != kNullAddress ? info.lss_head : kEmptyPageEntry;
       }
     }
+  }
+  {
+    // Allocated while the table was read: private then, perhaps not in the
+    // snapshot. Free here; committed ones are replayed from the RSP.
+    std::lock_guard<std::mutex> att(att_mu_);
+    for (PageId pid : allocated_in_checkpoint_) {
+      if (pid < high_water) d.entries[pid - 1] = 0;
+    }
+    allocated_in_checkpoint_.clear();
+    checkpoint_reading_ = false;
   }
   // What the entries point at must be durable before the checkpoint is.
   RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));

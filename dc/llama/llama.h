@@ -305,6 +305,11 @@ class Llama {
   void TEST_SetUpdateRFault(std::function<bool(PageId)> fault) {
     update_r_fault_for_test_ = std::move(fault);
   }
+  // Test hook: Checkpoint calls `hook` after it took its snapshot of the
+  // private pages, before it reads the mapping table. Set before use.
+  void TEST_SetCheckpointHook(std::function<void()> hook) {
+    checkpoint_hook_for_test_ = std::move(hook);
+  }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -384,8 +389,14 @@ class Llama {
 
   // The active transaction table: pages allocated by open system
   // transactions, private until commit (checkpoints record them as free).
+  // A PID is allocated and made private in one hold of att_mu_. While a
+  // checkpoint reads the table, the PIDs allocated meanwhile are also noted
+  // in allocated_in_checkpoint_: recorded as free too (a commit of one
+  // writes its record above the checkpoint's RSP, where replay finds it).
   std::mutex att_mu_;
   std::unordered_set<PageId> private_pages_;
+  bool checkpoint_reading_ = false;              // GUARDED_BY(att_mu_)
+  std::vector<PageId> allocated_in_checkpoint_;  // GUARDED_BY(att_mu_)
 
   // CLOCK reference bits, one byte per possible PID, reserved like the
   // mapping table and backed by the OS on first touch.
@@ -412,6 +423,7 @@ class Llama {
   bool closed_ = false;
   std::function<void()> before_frees_for_test_;
   std::function<bool(PageId)> update_r_fault_for_test_;
+  std::function<void()> checkpoint_hook_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

@@ -753,5 +753,40 @@ TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][cle
   for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
 }
 
+// Issue 35, suspect 3: a PID allocated by a system transaction while a
+// checkpoint reads the mapping table was recorded allocated and empty; the
+// transaction then aborted, and after a crash the PID was allocated for good
+// (leaked). It must be recorded free.
+TEST_CASE("A checkpoint records a PID allocated while it runs as free", "[dc][llama][txn]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  PageId pid = 0;
+  {
+    auto l = OpenOrDie(&env);
+    std::unique_ptr<Llama::SystemTxn> txn;
+    l->TEST_SetCheckpointHook([&] {
+      if (txn != nullptr) return;
+      txn = l->TBegin();
+      Result<PageId> r = l->TAllocate(txn.get());
+      REQUIRE(r.ok());
+      pid = *r;
+    });
+    REQUIRE(l->Checkpoint().ok());
+    REQUIRE(txn != nullptr);
+    l->TAbort(txn.get());
+    {
+      auto g = l->Enter();
+      CHECK(l->Read(pid).status().IsNotFound());
+    }
+    l->TEST_SkipCloseOnDestroy();
+  }
+  REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  auto l = OpenOrDie(&env);
+  auto g = l->Enter();
+  Result<const PageNode*> r = l->Read(pid);
+  INFO("pid " << pid << ": " << (r.ok() ? "allocated" : r.status().ToString()));
+  CHECK(r.status().IsNotFound());
+}
+
 }  // namespace
 }  // namespace deuteron::llama

@@ -319,21 +319,28 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   std::unique_lock<std::mutex> restart(restart_mu_, std::try_to_lock);
   if (!restart.owns_lock()) return Status::Unavailable("dc: restart or close in progress");
   if (closed_) return Status::ShuttingDown("dc: closed");
-  {
-    // The LSS already holds operations up to max_durable_lsn; they cannot
-    // be taken back.
-    std::shared_lock<std::shared_mutex> gate(gate_);
+  // The LSS already holds operations up to max_durable_lsn; they cannot be
+  // taken back. REQUIRES: a hold on gate_.
+  auto below_durable = [&]() -> Status {
     const uint64_t durable =
         llama_ != nullptr ? llama_->MaxAnnotation() : last_durable_.load(std::memory_order_relaxed);
-    if (stable_end < durable) {
-      return Status::InvalidArgument("restart-to " + std::to_string(stable_end) +
-                                     ": the LSS already holds operations up to LSN " +
-                                     std::to_string(durable));
-    }
+    if (stable_end >= durable) return Status::OK();
+    return Status::InvalidArgument("restart-to " + std::to_string(stable_end) +
+                                   ": the LSS already holds operations up to LSN " +
+                                   std::to_string(durable));
+  };
+  {
+    std::shared_lock<std::shared_mutex> gate(gate_);
+    RETURN_IF_ERROR(below_durable());
   }
   state_.store(DcState::kRestarting);
   // New calls now see kRestarting; calls inside finish before this returns.
   std::unique_lock<std::shared_mutex> gate(gate_);
+  // Those calls may have flushed under a newer ESL since the look above.
+  if (Status s = below_durable(); !s.ok()) {
+    state_.store(DcState::kServing);
+    return s;
+  }
   // Drop the cache: nothing new is flushed (what the LSS holds is what the
   // ESL allowed), no checkpoint is needed.
   Status s = CloseStore(/*clean=*/false);

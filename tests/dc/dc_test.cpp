@@ -4,6 +4,8 @@
 // contracts are in dc_contract_test.cpp.
 #include "dc/dc.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -481,6 +483,50 @@ TEST_CASE("DC: a torn LSS write above the recorded stable point is cut", "[dc]")
     CHECK(r.found);
     CHECK(r.lsn == lsn);
   }
+}
+
+// Issue 35, suspect 4: RestartTo compared the stable end with
+// max_durable_lsn before it drained the calls inside; one of them (here an
+// RSSP proposal) then flushed under a newer ESL, and the restart went on
+// with the LSS holding operations above the stable end.
+TEST_CASE("DC: restart-to re-checks the durable bound after draining the calls inside", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  for (uint64_t lsn = 1; lsn <= 10; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn).ok());
+  }
+  REQUIRE(dc->SetEsl(20).ok());
+  std::atomic<bool> waited{false}, inside{false};
+  dc->TEST_SetRsspHook([&] {
+    inside = true;
+    // Inside the gate: hold the flush until RestartTo has looked and
+    // announced the restart.
+    for (int i = 0; i < 5000; ++i) {
+      Result<DcHealth> health = dc->Health();
+      if (health.ok() && health->state == DcState::kRestarting) {
+        waited = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Status proposed;
+  std::thread proposer([&] { proposed = dc->ProposeRssp(5); });
+  while (!inside.load()) std::this_thread::yield();
+  Result<DcReady> ready = dc->RestartTo(5);
+  proposer.join();
+  INFO("proposal: " << proposed.ToString() << "; restart-to: " << ready.status().ToString());
+  REQUIRE(waited.load());
+  REQUIRE(proposed.ok());
+  // The flush wrote records up to LSN 10 under ESL 20: they cannot be taken
+  // back, so the restart is refused and the DC keeps serving them.
+  CHECK(ready.status().IsInvalidArgument());
+  Result<DcHealth> health = dc->Health();
+  REQUIRE(health.ok());
+  CHECK(health->state == DcState::kServing);
+  CHECK(health->max_durable_lsn == 20);
+  CHECK(GetKey(dc, "k10").lsn == 10);
 }
 
 }  // namespace deuteron::dc

@@ -788,5 +788,28 @@ TEST_CASE("A checkpoint records a PID allocated while it runs as free", "[dc][ll
   CHECK(r.status().IsNotFound());
 }
 
+// Issue 35, suspect 2: with both checkpoint slots damaged, recovery replayed
+// the LSS from its lowest segment as if there had never been a checkpoint;
+// once segments (and the allocations they held) were released, page records
+// met "free" PIDs and were dropped silently. It must fail instead.
+TEST_CASE("LLAMA refuses to open when both checkpoints are damaged", "[dc][llama]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  {
+    auto l = OpenOrDie(&env);
+    CreatePage(l.get(), "a");
+    REQUIRE(l->Checkpoint().ok());
+    CreatePage(l.get(), "b");
+    REQUIRE(l->Checkpoint().ok());
+    REQUIRE(l->Close().ok());
+  }
+  for (const char* slot : {"/db/ckpt-0", "/db/ckpt-1"}) {
+    REQUIRE(env.CorruptRange(slot, 8, 16, 3).ok());
+  }
+  Result<std::unique_ptr<Llama>> r = Llama::Open(&env, "/db", SmallOptions());
+  INFO(r.status().ToString());
+  CHECK(r.status().IsCorruption());
+}
+
 }  // namespace
 }  // namespace deuteron::llama

@@ -276,6 +276,18 @@ Status Llama::Recover() {
         return Status::OK();
       }));
   mapping_->RecoverySetHighWater(high_water);
+  // Every page state the checkpoint named was stable before the checkpoint
+  // was; one at or past the recovered end was cut with a damaged tail, and
+  // the next writes would land there: another page's bytes for this one.
+  const LssAddress end = lss_->HiStable();
+  for (PageId pid = 1; pid < high_water; ++pid) {
+    const uint64_t e = mapping_->Load(pid);
+    if (MappingTable::IsLss(e) && MappingTable::ToLss(e) >= end) {
+      return Status::Corruption("the checkpoint places " + PageName(pid) + " at LSS address " +
+                                std::to_string(MappingTable::ToLss(e)) +
+                                ", past the recovered end " + std::to_string(end));
+    }
+  }
   mapping_->RebuildFreeList();
   return Status::OK();
 }
@@ -545,7 +557,7 @@ size_t WriteMarkerRecord(char* dst, RecordType type, PageId pid, uint64_t annota
 
 }  // namespace
 
-Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
+Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, LoadedState* state) {
   std::vector<PageNode*> nodes;
   auto fail = [&](Status s) -> Status {
     for (PageNode* n : nodes) FreeNode(n);
@@ -568,6 +580,10 @@ Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
       return fail(Status::Corruption(where + " is not a page record"));
     }
     if (first) {
+      if (h.pid != expected) {
+        return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
+                                       PageName(expected)));
+      }
       pid = h.pid;
       state->bound = h.bound;
       state->end = a + RecordSpan(h.length);
@@ -628,7 +644,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   LoadedState loaded_state;
   if (MappingTable::IsLss(entry)) {
     const LssAddress address = MappingTable::ToLss(entry);
-    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(address, &loaded_state));
+    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(pid, address, &loaded_state));
     FlushNode* f = NewFlushNode(NodeKind::kFlush);
     f->seq = chain->seq + 1;
     f->tag = loaded_state.bound;
@@ -655,7 +671,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
     memory_nodes.push_back(n);
   }
   const FlushNode* ps = AsFlush(n);
-  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(ps->address, &loaded_state));
+  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(pid, ps->address, &loaded_state));
 
   // Rebuild: nodes above the old topmost flush, the flush, then the memory
   // nodes below it merged with the loaded ones, all by seq.
@@ -1392,7 +1408,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
 
     // Rewrite the whole durable state as one kBase record at the tail.
     LoadedState loaded_state;
-    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(at, &loaded_state));
+    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(pid, at, &loaded_state));
     const uint64_t bound = loaded_state.bound;
     std::vector<const PageNode*> pieces;
     for (const PageNode* n = loaded; n != nullptr; n = n->next) pieces.push_back(n);

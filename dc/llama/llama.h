@@ -358,9 +358,10 @@ class Llama {
     LssAddress end = kNullAddress;  // end of the newest record
     LssAddress base = kNullAddress; // the kBase record ending the chain
   };
-  // Reads the page's LSS state at `address` and returns its data nodes in
-  // chain order (newest first), linked.
-  Result<PageNode*> LoadFromLss(LssAddress address, LoadedState* state);
+  // Reads page `pid`'s LSS state at `address` and returns its data nodes in
+  // chain order (newest first), linked. Corruption when a record there
+  // belongs to another page.
+  Result<PageNode*> LoadFromLss(PageId pid, LssAddress address, LoadedState* state);
   // Waits until the record at `a` is stable (it may be in a flush buffer).
   // REQUIRES: the calling thread holds no LSS reservation.
   Status EnsureStable(LssAddress a);

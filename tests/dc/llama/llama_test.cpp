@@ -811,5 +811,42 @@ TEST_CASE("LLAMA refuses to open when both checkpoints are damaged", "[dc][llama
   CHECK(r.status().IsCorruption());
 }
 
+// Issue 35, suspect 1: a checkpoint named a page state in the LSS buffer
+// that recovery then cut as a torn tail (it was damaged); the next writes
+// landed at the same addresses, and the page was served another page's
+// bytes. Recovery must refuse a checkpoint entry at or past the recovered
+// end.
+TEST_CASE("LLAMA refuses a checkpoint that names a page state past the recovered end",
+          "[dc][llama]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  PageId a = 0;
+  LssAddress rsp = 0;
+  {
+    auto l = OpenOrDie(&env);
+    rsp = l->HiStable();
+    a = CreatePage(l.get(), "page a");  // its record: in the buffer at rsp
+    REQUIRE(l->Checkpoint().ok());      // RSP rsp; makes the buffer stable
+    REQUIRE(l->HiStable() > rsp);
+    l->TEST_SkipCloseOnDestroy();
+  }
+  // Damage the buffer: nothing after it, so recovery cuts it as a torn tail.
+  REQUIRE(env.CorruptRange("/db/lss/0000000000000000.seg", rsp + 64 + 8, 8, 3).ok());
+  Result<std::unique_ptr<Llama>> r = Llama::Open(&env, "/db", SmallOptions());
+  INFO(r.status().ToString());
+  CHECK(r.status().IsCorruption());
+  if (r.ok()) {
+    // What the old code did: a new page's record takes the cut address.
+    auto l = std::move(r).value();
+    const PageId b = CreatePage(l.get(), "page b");
+    REQUIRE(l->MakeStable(l->Tail()).ok());
+    auto g = l->Enter();
+    Result<const PageNode*> read = l->Read(a);
+    INFO("page " << a << " (b is " << b << "): "
+                 << (read.ok() && *read != nullptr ? Contents(*read).front() : read.status().ToString()));
+    CHECK(!read.ok());
+  }
+}
+
 }  // namespace
 }  // namespace deuteron::llama

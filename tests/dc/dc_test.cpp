@@ -416,6 +416,15 @@ uint64_t LastBufferBelow(Env* env, uint64_t below, uint64_t segment_size) {
   return last;
 }
 
+// The issue's reproduction up to the crash: LSNs 1-5 on keys k1-k5 under
+// ESL 5, and RSSP 6 acknowledged.
+void ApplyAndAcknowledge(DataComponent* dc) {
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
+  }
+  REQUIRE(dc->ProposeRssp(6).ok());
+}
+
 }  // namespace
 
 // Issue 35, item 2: the reproduction. The last buffer was reported stable
@@ -426,10 +435,7 @@ TEST_CASE("DC: damage in the last LSS buffer below an acknowledged RSSP is Corru
   INFO("seed " << config.seed);
   InProcessHarness h(config);
   FaultInjectionEnv* env = h.env();
-  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
-    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
-  }
-  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  ApplyAndAcknowledge(h.dc());
   h.Kill();
   const DcMeta meta = ReadDcMeta(env);
   CHECK(meta.rssp == 6);
@@ -455,10 +461,7 @@ TEST_CASE("DC: a torn LSS write above the recorded stable point is cut", "[dc]")
   INFO("seed " << config.seed);
   InProcessHarness h(config);
   FaultInjectionEnv* env = h.env();
-  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
-    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
-  }
-  REQUIRE(h.dc()->ProposeRssp(6).ok());
+  ApplyAndAcknowledge(h.dc());
   for (uint64_t lsn = 6; lsn <= 10; ++lsn) {
     REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 10).ok());
   }

@@ -994,7 +994,7 @@ TEST_CASE("DC contract: an RSSP acknowledged while writers move the ESL survives
 
 TEST_CASE("DC contract: RSSPs racing ESL-moving writers over many cycles", "[dc][contract][.]") {
   const std::string kind = GENERATE(from_range(HarnessKinds()));
-  RunRsspRace(kind, TestSeed(), 300);
+  RunRsspRace(kind, TestSeed(), 100);
 }
 
 }  // namespace deuteron::test

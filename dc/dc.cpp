@@ -15,9 +15,12 @@ namespace {
 constexpr size_t kMagicOffset = 0;
 constexpr size_t kVersionOffset = 8;
 constexpr size_t kRsspOffset = 16;
-constexpr size_t kIncarnationOffset = 24;  // version 2; zero (reserved) in version 1
-constexpr size_t kCrcOffset = 28;          // over every byte before it
+constexpr size_t kStableLssOffset = 24;   // version 2
+constexpr size_t kIncarnationOffset = 32;  // version 2
+constexpr size_t kCrcOffset = 36;          // over every byte before it
+constexpr size_t kCrcOffsetV1 = 28;
 static_assert(kCrcOffset + 4 == kDcMetaSize);
+static_assert(kCrcOffsetV1 + 4 == kDcMetaSizeV1);
 
 }  // namespace
 
@@ -26,13 +29,14 @@ std::string EncodeDcMeta(const DcMeta& meta) {
   EncodeFixed64(&out[kMagicOffset], kDcMetaMagic);
   EncodeFixed32(&out[kVersionOffset], kDcMetaVersion);
   EncodeFixed64(&out[kRsspOffset], meta.rssp);
+  EncodeFixed64(&out[kStableLssOffset], meta.stable_lss);
   EncodeFixed32(&out[kIncarnationOffset], static_cast<uint32_t>(meta.incarnation));
   EncodeFixed32(&out[kCrcOffset], crc32c::Mask(crc32c::Value(out.data(), kCrcOffset)));
   return out;
 }
 
 Result<DcMeta> DecodeDcMeta(Slice data) {
-  if (data.size() != kDcMetaSize) {
+  if (data.size() != kDcMetaSize && data.size() != kDcMetaSizeV1) {
     return Status::Corruption("dc.meta: " + std::to_string(data.size()) + " bytes, expected " +
                               std::to_string(kDcMetaSize));
   }
@@ -40,7 +44,8 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
   if (DecodeFixed64(p + kMagicOffset) != kDcMetaMagic) {
     return Status::Corruption("dc.meta: bad magic");
   }
-  if (crc32c::Unmask(DecodeFixed32(p + kCrcOffset)) != crc32c::Value(p, kCrcOffset)) {
+  const size_t crc_offset = data.size() - 4;
+  if (crc32c::Unmask(DecodeFixed32(p + crc_offset)) != crc32c::Value(p, crc_offset)) {
     return Status::Corruption("dc.meta: checksum mismatch");
   }
   const uint32_t version = DecodeFixed32(p + kVersionOffset);
@@ -49,11 +54,19 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
     return Status::NotSupported("dc.meta: format version " + std::to_string(version) +
                                 " is newer than this build's " + std::to_string(kDcMetaVersion));
   }
+  // Each version has one size.
+  if ((version == 1) != (data.size() == kDcMetaSizeV1)) {
+    return Status::Corruption("dc.meta: format version " + std::to_string(version) + " in " +
+                              std::to_string(data.size()) + " bytes");
+  }
   DcMeta meta;
   meta.rssp = DecodeFixed64(p + kRsspOffset);
-  // Version 1 predates incarnations: no restart-to was ever fenced, which
-  // incarnation 0 says.
-  if (version >= 2) meta.incarnation = DecodeFixed32(p + kIncarnationOffset);
+  // Version 1 predates both: nothing was reported stable to recovery, and no
+  // restart-to was ever fenced (incarnation 0).
+  if (version >= 2) {
+    meta.stable_lss = DecodeFixed64(p + kStableLssOffset);
+    meta.incarnation = DecodeFixed32(p + kIncarnationOffset);
+  }
   return meta;
 }
 
@@ -70,25 +83,22 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   std::unique_ptr<Dc> dc(new Dc(env, dir, std::move(options)));
   // Nothing else can reach the DC yet: the gate is uncontended.
   std::unique_lock<std::shared_mutex> gate(dc->gate_);
+  // dc.meta first: its stable_lss tells LLAMA's recovery what was reported
+  // stable.
+  ASSIGN_OR_RETURN(const DcMeta meta, dc->ReadMeta());
+  dc->stable_lss_.store(meta.stable_lss, std::memory_order_relaxed);
   RETURN_IF_ERROR(dc->OpenStore());
-  Result<DcMeta> meta = dc->ReadMeta();
-  if (!meta.ok()) {
-    dc->closed_ = true;
-    Status s = dc->CloseStore(/*clean=*/false);
-    if (!s.ok()) DLOG_WARN("closing {} after a failed open: {}", dir, s.ToString());
-    return meta.status();
-  }
   const uint64_t durable = dc->MaxDurable();
-  dc->rssp_.store(meta->rssp, std::memory_order_release);
-  dc->incarnation_.store(meta->incarnation, std::memory_order_release);
+  dc->rssp_.store(meta.rssp, std::memory_order_release);
+  dc->incarnation_.store(meta.incarnation, std::memory_order_release);
   // Every durable bound was an ESL the TC had made durable, and an
   // acknowledged RSSP never exceeds ESL + 1.
-  dc->esl_.store(std::max(durable, meta->rssp == 0 ? 0 : meta->rssp - 1),
+  dc->esl_.store(std::max(durable, meta.rssp == 0 ? 0 : meta.rssp - 1),
                  std::memory_order_release);
   dc->ready_durable_.store(durable, std::memory_order_relaxed);
   dc->last_durable_.store(durable, std::memory_order_relaxed);
-  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}", dir, meta->rssp, durable,
-            meta->incarnation);
+  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}", dir, meta.rssp, durable,
+            meta.incarnation);
   return dc;
 }
 
@@ -104,7 +114,9 @@ Dc::~Dc() {
 }
 
 Status Dc::OpenStore() {
-  ASSIGN_OR_RETURN(llama_, llama::Llama::Open(env_, dir_, options_.llama));
+  llama::LlamaOptions options = options_.llama;
+  options.lss.stable_floor = stable_lss_.load(std::memory_order_relaxed);
+  ASSIGN_OR_RETURN(llama_, llama::Llama::Open(env_, dir_, options));
   Result<std::unique_ptr<bwtree::BwTree>> tree = bwtree::BwTree::Open(llama_.get(), options_.tree);
   if (!tree.ok()) {
     llama_->TEST_SkipCloseOnDestroy();  // write nothing over a store we cannot read
@@ -311,16 +323,22 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
     return Status::InvalidArgument("rssp " + std::to_string(rssp) + " is above ESL " +
                                    std::to_string(esl) + " + 1");
   }
-  // Flush under the current ESL, not rssp - 1: a base consolidated with a
-  // tag in (rssp - 1, esl] holds records below rssp, and a flush bounded by
-  // rssp - 1 would skip it (dc/dc.md).
+  if (rssp_hook_) rssp_hook_();
+  // Flush under the ESL, not rssp - 1: a base consolidated with a tag in
+  // (rssp - 1, esl] holds records below rssp. A base consolidated under a
+  // newer ESL since (a racing Apply) is flushed under that one: FlushAll
+  // re-reads the bound rather than skip it (dc/dc.md).
   RETURN_IF_ERROR(tree_->FlushAll(esl));
   // Flushes by other threads (the evictor, structure changes) that this one
   // found done are made stable too.
   RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
   last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
   if (rssp > rssp_.load(std::memory_order_relaxed)) {
-    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp, incarnation}));
+    // With what is now reported stable: damage below it is corruption, not
+    // a torn tail, when the LSS is recovered.
+    const uint64_t stable = llama_->HiStable();
+    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp, stable, incarnation}));
+    stable_lss_.store(stable, std::memory_order_relaxed);
     // Only now may consolidation purge tombstones below it.
     rssp_.store(rssp, std::memory_order_release);
   }
@@ -331,27 +349,36 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   std::unique_lock<std::mutex> restart(restart_mu_, std::try_to_lock);
   if (!restart.owns_lock()) return Status::Unavailable("dc: restart or close in progress");
   if (closed_) return Status::ShuttingDown("dc: closed");
-  {
-    // The LSS already holds operations up to max_durable_lsn; they cannot
-    // be taken back.
-    std::shared_lock<std::shared_mutex> gate(gate_);
+  // The LSS already holds operations up to max_durable_lsn; they cannot be
+  // taken back. REQUIRES: a hold on gate_.
+  auto below_durable = [&]() -> Status {
     const uint64_t durable =
         llama_ != nullptr ? llama_->MaxAnnotation() : last_durable_.load(std::memory_order_relaxed);
-    if (stable_end < durable) {
-      return Status::InvalidArgument("restart-to " + std::to_string(stable_end) +
-                                     ": the LSS already holds operations up to LSN " +
-                                     std::to_string(durable));
-    }
+    if (stable_end >= durable) return Status::OK();
+    return Status::InvalidArgument("restart-to " + std::to_string(stable_end) +
+                                   ": the LSS already holds operations up to LSN " +
+                                   std::to_string(durable));
+  };
+  {
+    std::shared_lock<std::shared_mutex> gate(gate_);
+    RETURN_IF_ERROR(below_durable());
   }
   state_.store(DcState::kRestarting);
   // New calls now see kRestarting; calls inside finish before this returns.
   std::unique_lock<std::shared_mutex> gate(gate_);
+  // Those calls may have flushed under a newer ESL since the look above.
+  if (Status s = below_durable(); !s.ok()) {
+    if (tree_ != nullptr) state_.store(DcState::kServing);
+    return s;
+  }
   // The new incarnation is durable before anything changes, so that no call
   // of an older one is accepted again, after a crash of this DC included.
   const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed) + 1;
   Status fenced = incarnation > kMaxIncarnation
                       ? Status::NotSupported("restart-to: out of TC incarnations")
-                      : WriteMeta(DcMeta{rssp_.load(std::memory_order_relaxed), incarnation});
+                      : WriteMeta(DcMeta{rssp_.load(std::memory_order_relaxed),
+                                         stable_lss_.load(std::memory_order_relaxed),
+                                         incarnation});
   if (!fenced.ok()) {
     if (tree_ != nullptr) state_.store(DcState::kServing);  // nothing was dropped
     return fenced.WithContext("restart-to " + std::to_string(stable_end));
@@ -444,11 +471,11 @@ Result<DcMeta> Dc::ReadMeta() {
   if (!env_->FileExists(path)) return DcMeta{};  // a new store: nothing acknowledged
   ASSIGN_OR_RETURN(std::unique_ptr<File> file, env_->OpenFile(path, OpenMode::kRead));
   ASSIGN_OR_RETURN(const uint64_t size, file->Size());
-  if (size != kDcMetaSize) {
+  if (size != kDcMetaSize && size != kDcMetaSizeV1) {
     return Status::Corruption(path + ": " + std::to_string(size) + " bytes, expected " +
                               std::to_string(kDcMetaSize));
   }
-  std::string bytes(kDcMetaSize, '\0');
+  std::string bytes(size, '\0');
   RETURN_IF_ERROR(file->ReadExactAt(0, bytes.data(), bytes.size()));
   RETURN_IF_ERROR(file->Close());
   Result<DcMeta> meta = DecodeDcMeta(bytes);

@@ -67,12 +67,17 @@ struct DcOptions {
 inline constexpr char kDcMetaFileName[] = "dc.meta";
 inline constexpr char kDcMetaTempFileName[] = "dc.meta.tmp";
 inline constexpr uint64_t kDcMetaMagic = 0x544D43444E525444ull;  // "DTRNDCMT"
-inline constexpr uint32_t kDcMetaVersion = 2;  // 1: no incarnation (read as 0)
-inline constexpr size_t kDcMetaSize = 32;
+inline constexpr uint32_t kDcMetaVersion = 2;
+inline constexpr size_t kDcMetaSize = 40;    // version 2 (written)
+inline constexpr size_t kDcMetaSizeV1 = 32;  // version 1 (read)
 
 // dc.meta's content; encoded as dc/dc.md says.
 struct DcMeta {
   uint64_t rssp = 0;
+  // LLAMA's Hi-Stable when rssp was acknowledged: every LSS buffer below it
+  // was reported stable, so recovery takes damage there for corruption
+  // (LssOptions::stable_floor). 0 in a version 1 file.
+  uint64_t stable_lss = 0;
   uint64_t incarnation = 0;  // REQUIRES: <= kMaxIncarnation to encode
 };
 // dc.meta holds the incarnation in 32 bits; RestartTo refuses to go past it.
@@ -128,6 +133,11 @@ class Dc final : public DataComponent {
   // Test hook: RestartTo calls `hook` while the DC is kRestarting with the
   // cache dropped (before it reopens). REQUIRES: set before any RestartTo.
   void TEST_SetRestartHook(std::function<void()> hook) { restart_hook_ = std::move(hook); }
+  // Test hook: ProposeRssp calls `hook` after it read the ESL, before it
+  // flushes (holding the gate shared and rssp_mu_: the hook may run record
+  // calls on another thread, not ProposeRssp). REQUIRES: set before any
+  // ProposeRssp.
+  void TEST_SetRsspHook(std::function<void()> hook) { rssp_hook_ = std::move(hook); }
 
  private:
   Dc(Env* env, std::string dir, DcOptions options);
@@ -164,6 +174,7 @@ class Dc final : public DataComponent {
   bool closed_ = false;                   // GUARDED_BY(restart_mu_)
   bool skip_close_ = false;
   std::function<void()> restart_hook_;
+  std::function<void()> rssp_hook_;
 
   // The ESL (monotonic except RestartTo) and the acknowledged RSSP
   // (monotonic, written under rssp_mu_ after dc.meta is durable). Read by
@@ -173,6 +184,9 @@ class Dc final : public DataComponent {
   // The current TC incarnation: written only under gate_ held exclusively
   // (Open, RestartTo), after dc.meta holds it; atomic for Health.
   std::atomic<uint64_t> incarnation_{0};
+  // dc.meta's stable_lss as last written or read: OpenStore hands it to
+  // LLAMA's recovery. Written under rssp_mu_ or with gate_ exclusive.
+  std::atomic<uint64_t> stable_lss_{0};
   // max_durable_lsn as of Open / the last RestartTo (for ready()), and the
   // latest seen (for Health while the store is unavailable).
   std::atomic<uint64_t> ready_durable_{0};

@@ -1844,14 +1844,31 @@ Status BwTree::FlushAll(uint64_t max_tag) {
   for (PageId pid = 1; pid <= high; ++pid) {
     if (!llama::MappingTable::IsMemory(table->Load(pid))) continue;
     auto guard = llama_->Enter();
+    uint64_t bound = max_tag;
     for (int attempt = 1;; ++attempt) {
-      Result<llama::FlushResult> f = llama_->Flush(pid, max_tag, max_tag);
+      Result<llama::FlushResult> f = llama_->Flush(pid, bound, bound);
       if (!f.ok()) {
         if (f.status().IsNotFound()) break;
         return f.status();
       }
       if (f->outcome == llama::FlushOutcome::kRaced) {
         // Skipping the page would leave records under max_tag unflushed.
+        if (attempt >= 16) return Status::Busy("bw-tree: flush of a page kept racing");
+        continue;
+      }
+      if (f->outcome == llama::FlushOutcome::kBlocked) {
+        // The page's unflushed base was consolidated under a flush bound
+        // above `bound` (the ESL moved on since the caller read it), and
+        // may hold records at or below max_tag: skipping it would leave
+        // them only in memory. Its tag is at most the flush bound read
+        // when it was built, which is at most today's (bounds only grow),
+        // so it flushes under today's.
+        const uint64_t now = FlushBound();
+        if (now <= bound) {
+          return Status::Internal("bw-tree: page " + std::to_string(pid) +
+                                  " has a base above the flush bound " + std::to_string(now));
+        }
+        bound = now;
         if (attempt >= 16) return Status::Busy("bw-tree: flush of a page kept racing");
         continue;
       }

@@ -222,10 +222,14 @@ class BwTree {
   Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
 
   // Flushes every page that is in memory with unflushed nodes under
-  // `max_tag` and makes the LSS stable up to the last flush. Pages whose
-  // base cannot yet be written (younger than max_tag) are skipped. Each flush
-  // is annotated with `max_tag` (as structure changes are with flush_bound()),
-  // so Llama::MaxAnnotation() bounds the LSNs in the LSS. Busy when a page
+  // `max_tag` and makes the LSS stable up to the last flush: when it
+  // returns OK, every record at or below max_tag that the tree held when it
+  // was called is stable. A page whose unflushed base was consolidated
+  // above max_tag (flush_bound() moved on meanwhile) is flushed under
+  // flush_bound() read again, never skipped. Each flush is annotated with
+  // the bound it used (as structure changes are with flush_bound()), so
+  // Llama::MaxAnnotation() bounds the LSNs in the LSS. Internal when a
+  // base lies above flush_bound() itself (a bound that went back). Busy when a page
   // kept changing under its flush (16 tries): nothing is lost, call again.
   // Not atomic: a crash before it returns leaves each key in some state it
   // had between the last completed FlushAll's bound and max_tag (bwtree.md,

@@ -152,6 +152,7 @@ Result<CheckpointData> ReadLatestCheckpoint(Env* env, const std::string& dir,
                                             uint64_t store_id) {
   std::optional<CheckpointData> best;
   std::string why;  // each rejected slot's reason, for the NotFound message
+  int damaged = 0;  // slots present but invalid
   for (int slot = 0; slot < 2; ++slot) {
     Result<CheckpointData> r = ReadCheckpointFile(env, JoinPath(dir, CheckpointFileName(slot)));
     if (!r.ok()) {
@@ -159,6 +160,7 @@ Result<CheckpointData> ReadLatestCheckpoint(Env* env, const std::string& dir,
       // A missing or torn slot is skipped; anything else could hide the newest
       // checkpoint, so it is not.
       if (!s.IsNotFound() && !s.IsCorruption()) return s;
+      if (s.IsCorruption()) ++damaged;
       why += (why.empty() ? "" : "; ") + s.ToString();
       continue;
     }
@@ -168,6 +170,14 @@ Result<CheckpointData> ReadLatestCheckpoint(Env* env, const std::string& dir,
                                    ", expected store " + std::to_string(store_id));
     }
     if (!best.has_value() || r->sequence > best->sequence) best = std::move(r).value();
+  }
+  // Both slots exist only once a checkpoint was complete (the second slot is
+  // first written after the first one succeeded, and a write never touches
+  // the slot holding the newest valid checkpoint), so two invalid slots are
+  // damage, not a crash: replaying the LSS without a checkpoint would miss
+  // what released segments held (their pages' allocations).
+  if (!best.has_value() && damaged == 2) {
+    return Status::Corruption("both checkpoints in " + dir + " are damaged: " + why);
   }
   if (!best.has_value()) return Status::NotFound("no valid checkpoint in " + dir + ": " + why);
   return std::move(*best);

@@ -59,8 +59,11 @@ std::string CheckpointFileName(int slot);  // "ckpt-0" / "ckpt-1"
 Status WriteCheckpoint(Env* env, const std::string& dir, const CheckpointData& data);
 
 // The valid checkpoint with the highest sequence; the other one when the
-// newest is torn or corrupt. NotFound when neither is valid (missing, torn or
-// corrupt; the message says why for each slot); StoreMismatch when a valid
+// newest is torn or corrupt. NotFound when neither is valid and at least one
+// slot is missing (none yet, or the first one torn; the message says why for
+// each slot); Corruption when both slots are present and invalid (a
+// complete checkpoint existed and is damaged: recovery without one could
+// drop the records of released segments); StoreMismatch when a valid
 // one belongs to another store (store_id 0 accepts any store; real store ids
 // are never 0); NotSupported when a valid one has a newer format_version; an
 // I/O error reading a slot is returned as is, since the slot might have held

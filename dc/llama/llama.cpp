@@ -276,6 +276,18 @@ Status Llama::Recover() {
         return Status::OK();
       }));
   mapping_->RecoverySetHighWater(high_water);
+  // Every page state the checkpoint named was stable before the checkpoint
+  // was; one at or past the recovered end was cut with a damaged tail, and
+  // the next writes would land there: another page's bytes for this one.
+  const LssAddress end = lss_->HiStable();
+  for (PageId pid = 1; pid < high_water; ++pid) {
+    const uint64_t e = mapping_->Load(pid);
+    if (MappingTable::IsLss(e) && MappingTable::ToLss(e) >= end) {
+      return Status::Corruption("the checkpoint places " + PageName(pid) + " at LSS address " +
+                                std::to_string(MappingTable::ToLss(e)) +
+                                ", past the recovered end " + std::to_string(end));
+    }
+  }
   mapping_->RebuildFreeList();
   return Status::OK();
 }
@@ -553,7 +565,7 @@ size_t WriteMarkerRecord(char* dst, RecordType type, PageId pid, uint64_t annota
 
 }  // namespace
 
-Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
+Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, LoadedState* state) {
   std::vector<PageNode*> nodes;
   auto fail = [&](Status s) -> Status {
     for (PageNode* n : nodes) FreeNode(n);
@@ -576,6 +588,10 @@ Result<PageNode*> Llama::LoadFromLss(LssAddress address, LoadedState* state) {
       return fail(Status::Corruption(where + " is not a page record"));
     }
     if (first) {
+      if (h.pid != expected) {
+        return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
+                                       PageName(expected)));
+      }
       pid = h.pid;
       state->bound = h.bound;
       state->end = a + RecordSpan(h.length);
@@ -636,7 +652,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   LoadedState loaded_state;
   if (MappingTable::IsLss(entry)) {
     const LssAddress address = MappingTable::ToLss(entry);
-    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(address, &loaded_state));
+    ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(pid, address, &loaded_state));
     FlushNode* f = NewFlushNode(NodeKind::kFlush);
     f->seq = chain->seq + 1;
     f->tag = loaded_state.bound;
@@ -663,7 +679,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
     memory_nodes.push_back(n);
   }
   const FlushNode* ps = AsFlush(n);
-  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(ps->address, &loaded_state));
+  ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(pid, ps->address, &loaded_state));
 
   // Rebuild: nodes above the old topmost flush, the flush, then the memory
   // nodes below it merged with the loaded ones, all by seq.
@@ -819,12 +835,17 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   for (const PageNode* n : info.unflushed) {
     if (n->tag <= bound) selected.push_back(n);
   }
-  if (selected.empty()) return FlushResult{};
-  // Deltas need a durable base beneath them: none yet, or one above the bound.
   const bool whole = info.base == nullptr || !info.base_flushed;
-  if (info.base == nullptr || (whole && info.base->tag > bound)) {
+  // An unflushed base above the bound is blocked even with nothing else to
+  // write: it may hold records at or below the bound (folded from deltas),
+  // which are then not in the LSS. Reporting it clean would let a caller
+  // take them for durable.
+  if (info.base != nullptr && whole && info.base->tag > bound) {
     return FlushResult{FlushOutcome::kBlocked};
   }
+  if (selected.empty()) return FlushResult{};
+  // Deltas need a durable base beneath them.
+  if (info.base == nullptr) return FlushResult{FlushOutcome::kBlocked};
   assert(whole || info.lss_head != kNullAddress);
 
   const size_t payload = PagePayloadSize(selected);
@@ -1050,10 +1071,14 @@ std::unique_ptr<Llama::SystemTxn> Llama::TBegin() {
 
 Result<PageId> Llama::TAllocate(SystemTxn* txn) {
   assert(!txn->finished_);
+  // Allocated and private in one hold: a checkpoint never sees the PID
+  // allocated (empty) and not private, which would record it allocated and
+  // leak it if the transaction aborts or the process crashes.
+  std::lock_guard<std::mutex> lock(att_mu_);
   ASSIGN_OR_RETURN(PageId pid, mapping_->Allocate());
   txn->allocated_.push_back(pid);
-  std::lock_guard<std::mutex> lock(att_mu_);
   private_pages_.insert(pid);
+  if (checkpoint_reading_) allocated_in_checkpoint_.push_back(pid);
   return pid;
 }
 
@@ -1327,7 +1352,10 @@ Status Llama::Checkpoint() {
   {
     std::lock_guard<std::mutex> att(att_mu_);
     private_pages = private_pages_;
+    checkpoint_reading_ = true;
+    allocated_in_checkpoint_.clear();
   }
+  if (checkpoint_hook_for_test_) checkpoint_hook_for_test_();
   const PageId high_water = mapping_->high_water();
   d.entries.assign(high_water - 1, 0);
   constexpr PageId kPagesPerGuard = 4096;  // let reclamation progress on big tables
@@ -1348,6 +1376,16 @@ Status Llama::Checkpoint() {
         out = info.lss_head != kNullAddress ? info.lss_head : kEmptyPageEntry;
       }
     }
+  }
+  {
+    // Allocated while the table was read: private then, perhaps not in the
+    // snapshot. Free here; committed ones are replayed from the RSP.
+    std::lock_guard<std::mutex> att(att_mu_);
+    for (PageId pid : allocated_in_checkpoint_) {
+      if (pid < high_water) d.entries[pid - 1] = 0;
+    }
+    allocated_in_checkpoint_.clear();
+    checkpoint_reading_ = false;
   }
   // What the entries point at must be durable before the checkpoint is.
   RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
@@ -1425,7 +1463,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
 
     // Rewrite the whole durable state as one kBase record at the tail.
     LoadedState loaded_state;
-    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(at, &loaded_state));
+    ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(pid, at, &loaded_state));
     const uint64_t bound = loaded_state.bound;
     std::vector<const PageNode*> pieces;
     for (const PageNode* n = loaded; n != nullptr; n = n->next) pieces.push_back(n);

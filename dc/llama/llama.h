@@ -76,7 +76,9 @@ enum class FlushOutcome {
   kFlushed,    // records written to the LSS buffer, flush node installed
   kClean,      // nothing under the bound was unflushed
   kBlocked,    // no durable base to write deltas over: the page has no base,
-               // or its base is unflushed with a tag above the bound
+               // or its base is unflushed with a tag above the bound (then
+               // even with nothing else to write: the base may hold records
+               // under the bound that are not in the LSS)
   kRaced,      // the page changed between reading and the CAS (space voided)
 };
 
@@ -319,6 +321,11 @@ class Llama {
   void TEST_SetAfterPlan(std::function<void(const std::vector<PageId>&)> hook) {
     after_plan_for_test_ = std::move(hook);
   }
+  // Test hook: Checkpoint calls `hook` after it took its snapshot of the
+  // private pages, before it reads the mapping table. Set before use.
+  void TEST_SetCheckpointHook(std::function<void()> hook) {
+    checkpoint_hook_for_test_ = std::move(hook);
+  }
 
   LogStructuredStore* lss() { return lss_.get(); }
   MappingTable* mapping_table() { return mapping_.get(); }
@@ -367,9 +374,10 @@ class Llama {
     LssAddress end = kNullAddress;  // end of the newest record
     LssAddress base = kNullAddress; // the kBase record ending the chain
   };
-  // Reads the page's LSS state at `address` and returns its data nodes in
-  // chain order (newest first), linked.
-  Result<PageNode*> LoadFromLss(LssAddress address, LoadedState* state);
+  // Reads page `pid`'s LSS state at `address` and returns its data nodes in
+  // chain order (newest first), linked. Corruption when a record there
+  // belongs to another page.
+  Result<PageNode*> LoadFromLss(PageId pid, LssAddress address, LoadedState* state);
   // Waits until the record at `a` is stable (it may be in a flush buffer).
   // REQUIRES: the calling thread holds no LSS reservation.
   Status EnsureStable(LssAddress a);
@@ -405,8 +413,14 @@ class Llama {
 
   // The active transaction table: pages allocated by open system
   // transactions, private until commit (checkpoints record them as free).
+  // A PID is allocated and made private in one hold of att_mu_. While a
+  // checkpoint reads the table, the PIDs allocated meanwhile are also noted
+  // in allocated_in_checkpoint_: recorded as free too (a commit of one
+  // writes its record above the checkpoint's RSP, where replay finds it).
   std::mutex att_mu_;
   std::unordered_set<PageId> private_pages_;
+  bool checkpoint_reading_ = false;              // GUARDED_BY(att_mu_)
+  std::vector<PageId> allocated_in_checkpoint_;  // GUARDED_BY(att_mu_)
 
   // CLOCK reference bits, one byte per possible PID, reserved like the
   // mapping table and backed by the OS on first touch.
@@ -435,6 +449,7 @@ class Llama {
   std::function<bool(PageId)> update_r_fault_for_test_;
   std::function<void(const std::vector<PageId>&)> after_plan_for_test_;
   std::function<bool(PageId)> commit_fault_for_test_;
+  std::function<void()> checkpoint_hook_for_test_;
 
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.

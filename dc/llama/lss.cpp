@@ -893,6 +893,12 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
     pos = NextBufferBase(pos, h.used, segment_size_);
   }
 
+  if (pos < options_.stable_floor) {
+    // Reported stable and recorded so by the owner: damage, never a torn
+    // tail (lss_format.md, "Recovery and the torn tail").
+    return Status::Corruption(WhereA(pos) + ": buffer below the recorded stable point " +
+                              WhereA(options_.stable_floor) + " is invalid: " + why);
+  }
   RETURN_IF_ERROR(LookAhead(pos, why));
   RETURN_IF_ERROR(CutTail(pos));
   {

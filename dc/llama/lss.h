@@ -60,6 +60,12 @@ struct LssOptions {
   // Recycled segment files kept for reuse (renamed instead of created; writing
   // over an existing file is faster than growing one, see LIMITS.md).
   int recycle_pool = 2;
+  // An address the owner once saw as HiStable() and recorded durably (the
+  // DC: with each acknowledged RSSP, in dc.meta). Every buffer below it was
+  // reported stable, so Recover reports a missing or invalid one as
+  // Corruption instead of cutting it as a torn tail. 0: none recorded
+  // (only the look-ahead below tells damage from a torn tail).
+  LssAddress stable_floor = kNullAddress;
 };
 
 // Space in a flush buffer, owned by one caller until Commit or Void.
@@ -94,7 +100,8 @@ class LogStructuredStore {
   // calls `visitor` for each record, cuts off a torn tail (zeroing it on disk
   // and deleting segment files beyond it, synced), and positions the writer
   // after the last valid buffer. Corruption naming the segment and offset when
-  // an invalid buffer is followed by one that was sealed after it was stable.
+  // an invalid buffer is followed by one that was sealed after it was stable,
+  // or lies below options.stable_floor.
   // The torn tail is cut by truncating its segment file at the first invalid
   // buffer (deleting the file when that is its first buffer) and deleting all
   // later segment files. StoreMismatch for a segment of another store.

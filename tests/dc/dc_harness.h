@@ -86,10 +86,11 @@ class InProcessHarness : public DcHarness {
     Open();
   }
 
-  // Crash() without the reopen: dc() is null until Restore().
-  void Kill() {
+  // Crash() without the reopen: dc() is null until Restore(). `mode` says
+  // what becomes of unsynced writes.
+  void Kill(CrashMode mode = CrashMode::kDropUnsynced) {
     dc_->TEST_SkipCloseOnDestroy();
-    REQUIRE(env_.SimulateCrash(CrashMode::kDropUnsynced).ok());
+    REQUIRE(env_.SimulateCrash(mode).ok());
     dc_.reset();
   }
   void Restore() { Open(); }
@@ -199,6 +200,15 @@ class RemoteHarness : public DcHarness {
 };
 
 inline bool HasCode(const Status& s, Code code) { return s.code() == code; }
+
+// The DC's current TC incarnation (the last RestartTo's; 0 before any), for
+// tests that drive a DC across restarts without keeping DcReady.
+inline uint64_t IncarnationOf(DataComponent* dc) {
+  Result<DcHealth> health = dc->Health();
+  INFO(health.status().ToString());
+  REQUIRE(health.ok());
+  return health->incarnation;
+}
 
 inline std::vector<std::string> HarnessKinds() { return {"in-process", "remote"}; }
 

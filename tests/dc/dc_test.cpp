@@ -4,6 +4,8 @@
 // contracts are in dc_contract_test.cpp.
 #include "dc/dc.h"
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,6 +21,7 @@
 #include "common/random.h"
 #include "dc/bwtree/bwtree.h"
 #include "dc/llama/llama.h"
+#include "dc/llama/lss_format.h"
 #include "tests/dc/dc_harness.h"
 
 namespace deuteron::dc {
@@ -47,27 +50,15 @@ ReadResult GetKey(DataComponent* dc, const std::string& key) {
 }  // namespace
 
 TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
-  const std::string bytes = EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x8765'4321ull});
+  const std::string bytes =
+      EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x1122334455667788ull, 0x8765'4321ull});
   REQUIRE(bytes.size() == kDcMetaSize);
   CHECK(bytes.substr(0, 8) == "DTRNDCMT");
   Result<DcMeta> m = DecodeDcMeta(bytes);
   REQUIRE(m.ok());
   CHECK(m->rssp == 0x0102030405060708ull);
+  CHECK(m->stable_lss == 0x1122334455667788ull);
   CHECK(m->incarnation == 0x8765'4321ull);
-
-  // Version 1 (before incarnations) still opens: its reserved word is zero,
-  // and it reads as incarnation 0 whatever that word holds.
-  for (const uint32_t reserved : {0u, 7u}) {
-    std::string v1 = bytes;
-    EncodeFixed32(&v1[8], 1);
-    EncodeFixed32(&v1[24], reserved);
-    EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
-    Result<DcMeta> old = DecodeDcMeta(v1);
-    INFO(old.status().ToString());
-    REQUIRE(old.ok());
-    CHECK(old->rssp == 0x0102030405060708ull);
-    CHECK(old->incarnation == 0);
-  }
 
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;
@@ -75,12 +66,35 @@ TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
     INFO("byte " << i);
     CHECK(DecodeDcMeta(bad).status().IsCorruption());
   }
+  CHECK(DecodeDcMeta(bytes.substr(0, kDcMetaSize - 1)).status().IsCorruption());
   CHECK(DecodeDcMeta(bytes.substr(0, 31)).status().IsCorruption());
+  const size_t crc = kDcMetaSize - 4;
   // A newer version, with a valid checksum, is NotSupported.
   std::string newer = bytes;
   EncodeFixed32(&newer[8], kDcMetaVersion + 1);
-  EncodeFixed32(&newer[28], crc32c::Mask(crc32c::Value(newer.data(), 28)));
+  EncodeFixed32(&newer[crc], crc32c::Mask(crc32c::Value(newer.data(), crc)));
   CHECK(HasCode(DecodeDcMeta(newer).status(), Code::kNotSupported));
+  // Version 1 (32 bytes, no stable LSS address, no incarnation) is still
+  // read, as stable_lss 0 and incarnation 0 whatever its reserved word holds.
+  for (const uint32_t reserved : {0u, 7u}) {
+    std::string v1(kDcMetaSizeV1, '\0');
+    EncodeFixed64(&v1[0], kDcMetaMagic);
+    EncodeFixed32(&v1[8], 1);
+    EncodeFixed64(&v1[16], 77);
+    EncodeFixed32(&v1[24], reserved);
+    EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
+    m = DecodeDcMeta(v1);
+    INFO(m.status().ToString());
+    REQUIRE(m.ok());
+    CHECK(m->rssp == 77);
+    CHECK(m->stable_lss == 0);
+    CHECK(m->incarnation == 0);
+  }
+  // A version that does not match the size is Corruption.
+  std::string mismatched = bytes;
+  EncodeFixed32(&mismatched[8], 1);
+  EncodeFixed32(&mismatched[crc], crc32c::Mask(crc32c::Value(mismatched.data(), crc)));
+  CHECK(DecodeDcMeta(mismatched).status().IsCorruption());
 }
 
 TEST_CASE("dc.meta is written atomically and read at open", "[dc]") {
@@ -114,7 +128,8 @@ TEST_CASE("dc.meta is written atomically and read at open", "[dc]") {
 
   SECTION("a version 1 dc.meta opens as incarnation 0") {
     h.Kill();
-    std::string v1 = EncodeDcMeta(DcMeta{6, 0});
+    std::string v1 = EncodeDcMeta(DcMeta{6, 0, 0});
+    v1.resize(kDcMetaSizeV1);
     EncodeFixed32(&v1[8], 1);
     EncodeFixed32(&v1[28], crc32c::Mask(crc32c::Value(v1.data(), 28)));
     Result<std::unique_ptr<File>> f = env->OpenFile("/dc/dc.meta", OpenMode::kTruncate);
@@ -380,10 +395,10 @@ TEST_CASE("DC: the evictor flushes under a small budget and nothing above the ES
   for (int i = 1; i <= kKeys; ++i) {
     const std::string k = key(i);
     RecordOp op{RecordOpKind::kUpsert, k, value, static_cast<uint64_t>(i)};
-    REQUIRE(dc->Apply(std::span<const RecordOp>(&op, 1), 0).ok());
+    REQUIRE(dc->Apply(std::span<const RecordOp>(&op, 1), 0, 0).ok());
     if (i % 25 == 0 && static_cast<uint64_t>(i) > kLag) {
       esl = static_cast<uint64_t>(i) - kLag;
-      REQUIRE(dc->SetEsl(esl).ok());
+      REQUIRE(dc->SetEsl(esl, 0).ok());
     }
   }
   const llama::Llama::Stats stats = dc->TEST_tree()->llama()->GetStats();
@@ -407,6 +422,202 @@ TEST_CASE("DC: the evictor flushes under a small budget and nothing above the ES
   INFO(found << " keys came back");
   CHECK(found > 0);  // the evictor's flushes became durable
   CHECK(above == 0);
+}
+
+// Issue 35: ProposeRssp reads the ESL, then a racing Apply raises it and
+// consolidates the leaf under the newer one before FlushAll reaches it. The
+// leaf's unflushed base then has a tag above the ESL ProposeRssp read; a
+// flush that skipped it as blocked acknowledged R with records below R only
+// in memory.
+TEST_CASE("DC: an RSSP flush writes a base consolidated under a newer ESL", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  const std::vector<std::string> keys = {"k1", "k2", "k3", "k4", "k5"};
+  // LSNs 1-5 as deltas: nothing folds under ESL 0.
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, keys[lsn - 1], lsn).ok());
+  }
+  REQUIRE(dc->SetEsl(5, 0).ok());
+  const uint64_t before = dc->TEST_tree()->GetStats().consolidations;
+  bool raced = false;
+  dc->TEST_SetRsspHook([&] {
+    if (raced) return;
+    raced = true;
+    // Another thread (this one holds rssp_mu_) applies under ESL 10: the
+    // leaf consolidates, folding LSNs 1-8 into a base tagged above 5.
+    Status s;
+    std::thread t([&] {
+      for (uint64_t lsn = 6; lsn <= 8 && s.ok(); ++lsn) {
+        s = ApplyOne(dc, RecordOpKind::kUpsert, "k6", lsn, /*esl=*/10);
+      }
+    });
+    t.join();
+    INFO(s.ToString());
+    REQUIRE(s.ok());
+  });
+  REQUIRE(dc->ProposeRssp(6, 0).ok());
+  REQUIRE(raced);
+  REQUIRE(dc->TEST_tree()->GetStats().consolidations > before);
+  h.Crash();
+  DataComponent* after = h.dc();
+  Result<DcHealth> health = after->Health();
+  REQUIRE(health.ok());
+  CHECK(health->rssp == 6);
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    INFO("key " << keys[lsn - 1]);
+    const ReadResult r = GetKey(after, keys[lsn - 1]);
+    CHECK(r.found);
+    CHECK(r.lsn == lsn);
+  }
+}
+
+namespace {
+
+constexpr char kSegment0[] = "/dc/lss/0000000000000000.seg";
+
+DcMeta ReadDcMeta(Env* env) {
+  Result<std::unique_ptr<File>> f = env->OpenFile("/dc/dc.meta", OpenMode::kRead);
+  REQUIRE(f.ok());
+  std::string bytes(kDcMetaSize, '\0');
+  REQUIRE((*f)->ReadExactAt(0, bytes.data(), bytes.size()).ok());
+  Result<DcMeta> m = DecodeDcMeta(bytes);
+  REQUIRE(m.ok());
+  return *m;
+}
+
+// The base of the last buffer of segment 0 that begins below `below`.
+uint64_t LastBufferBelow(Env* env, uint64_t below, uint64_t segment_size) {
+  Result<std::unique_ptr<File>> f = env->OpenFile(kSegment0, OpenMode::kRead);
+  REQUIRE(f.ok());
+  uint64_t pos = llama::kSegmentHeaderArea;
+  uint64_t last = 0;
+  while (pos < below) {
+    std::string hdr(llama::kBufferHeaderSize, '\0');
+    REQUIRE((*f)->ReadExactAt(pos, hdr.data(), hdr.size()).ok());
+    Result<llama::BufferHeader> h = llama::DecodeBufferHeader(hdr);
+    REQUIRE(h.ok());
+    last = pos;
+    pos = llama::NextBufferBase(pos, h->used, segment_size);
+  }
+  REQUIRE(last != 0);
+  return last;
+}
+
+// The issue's reproduction up to the crash: LSNs 1-5 on keys k1-k5 under
+// ESL 5, and RSSP 6 acknowledged.
+void ApplyAndAcknowledge(DataComponent* dc) {
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 5).ok());
+  }
+  REQUIRE(dc->ProposeRssp(6, 0).ok());
+}
+
+}  // namespace
+
+// Issue 35, item 2: the reproduction. The last buffer was reported stable
+// (R was acknowledged over it), so damage in it is not a torn tail.
+TEST_CASE("DC: damage in the last LSS buffer below an acknowledged RSSP is Corruption", "[dc]") {
+  HarnessConfig config;
+  config.seed = TestSeed();
+  INFO("seed " << config.seed);
+  InProcessHarness h(config);
+  FaultInjectionEnv* env = h.env();
+  ApplyAndAcknowledge(h.dc());
+  h.Kill();
+  const DcMeta meta = ReadDcMeta(env);
+  CHECK(meta.rssp == 6);
+  const uint64_t segment_size = InProcessHarness::Options(config).llama.lss.segment_size;
+  REQUIRE(meta.stable_lss > llama::kSegmentHeaderArea);
+  REQUIRE(meta.stable_lss < segment_size);
+  const uint64_t last = LastBufferBelow(env, meta.stable_lss, segment_size);
+  REQUIRE(env->CorruptRange(kSegment0, last + llama::kBufferHeaderSize + 8, 8, 3).ok());
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    INFO("open " << attempt);  // the damage is left for a second look
+    Result<std::unique_ptr<Dc>> dc = Dc::Open(env, "/dc", InProcessHarness::Options(config));
+    INFO(dc.status().ToString());
+    CHECK(dc.status().IsCorruption());
+  }
+}
+
+// Issue 35, item 2: a buffer written after the last acknowledged RSSP and
+// never reported stable (its sync failed) is a torn tail: cut, and the store
+// opens with everything below the RSSP.
+TEST_CASE("DC: a torn LSS write above the recorded stable point is cut", "[dc]") {
+  HarnessConfig config;
+  config.seed = TestSeed();
+  INFO("seed " << config.seed);
+  InProcessHarness h(config);
+  FaultInjectionEnv* env = h.env();
+  ApplyAndAcknowledge(h.dc());
+  for (uint64_t lsn = 6; lsn <= 10; ++lsn) {
+    REQUIRE(ApplyOne(h.dc(), RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn, 10).ok());
+  }
+  // The flush reaches the file; its sync fails, so nothing is acknowledged.
+  env->FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+  CHECK(!h.dc()->ProposeRssp(11, 0).ok());
+  h.Kill(CrashMode::kTearUnsynced);
+  const DcMeta meta = ReadDcMeta(env);
+  CHECK(meta.rssp == 6);
+  // Whatever prefix of the write survived, damage it too.
+  Result<uint64_t> size = env->GetFileSize(kSegment0);
+  REQUIRE(size.ok());
+  const uint64_t at = meta.stable_lss + llama::kBufferHeaderSize + 8;
+  if (*size >= at + 8) REQUIRE(env->CorruptRange(kSegment0, at, 8, 3).ok());
+  h.Restore();
+  Result<DcHealth> health = h.dc()->Health();
+  REQUIRE(health.ok());
+  CHECK(health->rssp == 6);
+  for (uint64_t lsn = 1; lsn <= 5; ++lsn) {
+    INFO("lsn " << lsn);
+    const ReadResult r = GetKey(h.dc(), "k" + std::to_string(lsn));
+    CHECK(r.found);
+    CHECK(r.lsn == lsn);
+  }
+}
+
+// Issue 35, suspect 4: RestartTo compared the stable end with
+// max_durable_lsn before it drained the calls inside; one of them (here an
+// RSSP proposal) then flushed under a newer ESL, and the restart went on
+// with the LSS holding operations above the stable end.
+TEST_CASE("DC: restart-to re-checks the durable bound after draining the calls inside", "[dc]") {
+  HarnessConfig config;
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  for (uint64_t lsn = 1; lsn <= 10; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "k" + std::to_string(lsn), lsn).ok());
+  }
+  REQUIRE(dc->SetEsl(20, 0).ok());
+  std::atomic<bool> waited{false}, inside{false};
+  dc->TEST_SetRsspHook([&] {
+    inside = true;
+    // Inside the gate: hold the flush until RestartTo has looked and
+    // announced the restart.
+    for (int i = 0; i < 5000; ++i) {
+      Result<DcHealth> health = dc->Health();
+      if (health.ok() && health->state == DcState::kRestarting) {
+        waited = true;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  Status proposed;
+  std::thread proposer([&] { proposed = dc->ProposeRssp(5, 0); });
+  while (!inside.load()) std::this_thread::yield();
+  Result<DcReady> ready = dc->RestartTo(5);
+  proposer.join();
+  INFO("proposal: " << proposed.ToString() << "; restart-to: " << ready.status().ToString());
+  REQUIRE(waited.load());
+  REQUIRE(proposed.ok());
+  // The flush wrote records up to LSN 10 under ESL 20: they cannot be taken
+  // back, so the restart is refused and the DC keeps serving them.
+  CHECK(ready.status().IsInvalidArgument());
+  Result<DcHealth> health = dc->Health();
+  REQUIRE(health.ok());
+  CHECK(health->state == DcState::kServing);
+  CHECK(health->max_durable_lsn == 20);
+  CHECK(GetKey(dc, "k10").lsn == 10);
 }
 
 }  // namespace deuteron::dc

@@ -25,6 +25,7 @@ namespace deuteron::dc {
 namespace {
 
 using test::HarnessConfig;
+using test::IncarnationOf;
 using test::InProcessHarness;
 
 std::string K(int i) {
@@ -36,7 +37,7 @@ std::string K(int i) {
 void Put(DataComponent* dc, RecordOpKind kind, const std::string& key, uint64_t lsn) {
   const std::string value = kind == RecordOpKind::kUpsert ? "v" + std::to_string(lsn) : "";
   RecordOp op{kind, key, value, lsn};
-  Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), 0);
+  Result<ApplyResult> r = dc->Apply(std::span<const RecordOp>(&op, 1), 0, IncarnationOf(dc));
   INFO(key << " @" << lsn << ": " << r.status().ToString());
   REQUIRE(r.ok());
 }
@@ -49,9 +50,9 @@ void Put(DataComponent* dc, RecordOpKind kind, const std::string& key, uint64_t 
 // unflushed, as before issue 37's fix.
 void MergeRange(Dc* dc, uint64_t* lsn, int keys, int lo, int hi, bool stale) {
   for (int i = 0; i < keys; ++i) Put(dc, RecordOpKind::kUpsert, K(i), ++*lsn);
-  REQUIRE(dc->ProposeRssp(*lsn).ok());  // FlushAll under the ESL: parents durable
+  REQUIRE(dc->ProposeRssp(*lsn, IncarnationOf(dc)).ok());  // FlushAll under the ESL: parents durable
   for (int i = lo; i < hi; ++i) Put(dc, RecordOpKind::kDelete, K(i), ++*lsn);
-  REQUIRE(dc->ProposeRssp(*lsn + 1).ok());
+  REQUIRE(dc->ProposeRssp(*lsn + 1, IncarnationOf(dc)).ok());
   if (stale) dc->TEST_tree()->TEST_SetFlushParentsBeforeFree(false);
   for (int i = lo; i < hi; i += 4) Put(dc, RecordOpKind::kDelete, K(i), ++*lsn);
   for (int i = std::max(0, lo - 100); i < std::min(keys, hi + 100); ++i) {
@@ -63,7 +64,7 @@ void MergeRange(Dc* dc, uint64_t* lsn, int keys, int lo, int hi, bool stale) {
 struct MergedStore {
   static constexpr uint64_t kEsl = 10'000'000;
   MergedStore(int keys, int lo, int hi, bool stale) {
-    REQUIRE(h.local()->SetEsl(kEsl).ok());
+    REQUIRE(h.local()->SetEsl(kEsl, IncarnationOf(h.local())).ok());
     MergeRange(h.local(), &lsn, keys, lo, hi, stale);
   }
   InProcessHarness h{HarnessConfig{}};
@@ -211,9 +212,10 @@ TEST_CASE("stale route: a write through a stale route lands on a split's private
     }
     // Another thread's write arrives while the split is between its plan and
     // its installs (a preemption; here made certain).
+    const uint64_t incarnation = IncarnationOf(dc);
     std::thread w([&] {
       RecordOp op{RecordOpKind::kUpsert, victim, "acknowledged", 900'000};
-      victim_status = dc->Apply(std::span<const RecordOp>(&op, 1), 0).status();
+      victim_status = dc->Apply(std::span<const RecordOp>(&op, 1), 0, incarnation).status();
     });
     w.join();
   });
@@ -340,7 +342,7 @@ class MergeRestartRun {
   static constexpr uint64_t kEsl = 1'000'000;
 
   explicit MergeRestartRun(uint64_t seed) : rng_(seed) {
-    REQUIRE(dc()->SetEsl(kEsl).ok());
+    REQUIRE(dc()->SetEsl(kEsl, IncarnationOf(dc())).ok());
   }
 
   Dc* dc() { return h_.local(); }
@@ -361,7 +363,7 @@ class MergeRestartRun {
   // One cycle over keys `prefix`000000.. ; returns the merges it made.
   uint64_t LoadAndMerge(const std::string& prefix, int keys) {
     for (int i = 0; i < keys; ++i) Write(RecordOpKind::kUpsert, prefix + K(i));
-    REQUIRE(dc()->ProposeRssp(lsn_).ok());  // everything durable, parents too
+    REQUIRE(dc()->ProposeRssp(lsn_, IncarnationOf(dc())).ok());  // everything durable, parents too
     const uint64_t merges_before = dc()->TEST_tree()->GetStats().merges;
     std::vector<int> doomed;
     for (int i = 0; i < keys;) {
@@ -374,7 +376,7 @@ class MergeRestartRun {
     }
     for (int i : doomed) Write(RecordOpKind::kDelete, prefix + K(i));
     // The RSSP passes the tombstones, so consolidations may purge them.
-    REQUIRE(dc()->ProposeRssp(lsn_ + 1).ok());
+    REQUIRE(dc()->ProposeRssp(lsn_ + 1, IncarnationOf(dc())).ok());
     for (size_t i = 0; i < doomed.size(); i += 4) Write(RecordOpKind::kDelete, prefix + K(doomed[i]));
     for (int i = 0; i < keys; ++i) REQUIRE(dc()->Get(prefix + K(i)).ok());
     return dc()->TEST_tree()->GetStats().merges - merges_before;
@@ -389,7 +391,7 @@ class MergeRestartRun {
 
   void Crash() {
     h_.Crash();
-    REQUIRE(dc()->SetEsl(kEsl).ok());
+    REQUIRE(dc()->SetEsl(kEsl, IncarnationOf(dc())).ok());
   }
   void Restart() { REQUIRE(dc()->RestartTo(kEsl).ok()); }
 
@@ -402,7 +404,7 @@ class MergeRestartRun {
     // The TC's redo: every operation again (the DC skips those it holds).
     for (const Op& o : ops_) {
       RecordOp op{o.kind, o.key, o.value, o.lsn};
-      Result<ApplyResult> r = dc()->Apply(std::span<const RecordOp>(&op, 1), 0);
+      Result<ApplyResult> r = dc()->Apply(std::span<const RecordOp>(&op, 1), 0, IncarnationOf(dc()));
       REQUIRE(r.ok());
     }
     for (const auto& [key, value] : model_) {

@@ -195,11 +195,13 @@ struct MPage {
   FlushOutcome Flush(uint64_t max_tag, bool apply) {
     if (nodes.empty()) return FlushOutcome::kClean;
     const uint64_t eff = has_flush ? std::max(bound, max_tag) : max_tag;
+    // An unflushed base above the bound blocks the flush even with nothing
+    // else under it: it may hold records under the bound (llama.md).
+    const MNode& base = nodes.back();
+    if (!base.flushed && base.tag > eff) return FlushOutcome::kBlocked;
     bool any = false;
     for (const MNode& n : nodes) any |= !n.flushed && n.tag <= eff;
     if (!any) return FlushOutcome::kClean;
-    const MNode& base = nodes.back();
-    if (!base.flushed && base.tag > eff) return FlushOutcome::kBlocked;
     if (apply) {
       for (MNode& n : nodes) n.flushed |= n.tag <= eff;
       has_flush = true;

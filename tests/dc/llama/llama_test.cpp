@@ -841,5 +841,100 @@ TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][cle
   for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
 }
 
+// Issue 35, suspect 3: a PID allocated by a system transaction while a
+// checkpoint reads the mapping table was recorded allocated and empty; the
+// transaction then aborted, and after a crash the PID was allocated for good
+// (leaked). It must be recorded free.
+TEST_CASE("A checkpoint records a PID allocated while it runs as free", "[dc][llama][txn]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  PageId pid = 0;
+  {
+    auto l = OpenOrDie(&env);
+    std::unique_ptr<Llama::SystemTxn> txn;
+    l->TEST_SetCheckpointHook([&] {
+      if (txn != nullptr) return;
+      txn = l->TBegin();
+      Result<PageId> r = l->TAllocate(txn.get());
+      REQUIRE(r.ok());
+      pid = *r;
+    });
+    REQUIRE(l->Checkpoint().ok());
+    REQUIRE(txn != nullptr);
+    l->TAbort(txn.get());
+    {
+      auto g = l->Enter();
+      CHECK(l->Read(pid).status().IsNotFound());
+    }
+    l->TEST_SkipCloseOnDestroy();
+  }
+  REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+  auto l = OpenOrDie(&env);
+  auto g = l->Enter();
+  Result<const PageNode*> r = l->Read(pid);
+  INFO("pid " << pid << ": " << (r.ok() ? "allocated" : r.status().ToString()));
+  CHECK(r.status().IsNotFound());
+}
+
+// Issue 35, suspect 2: with both checkpoint slots damaged, recovery replayed
+// the LSS from its lowest segment as if there had never been a checkpoint;
+// once segments (and the allocations they held) were released, page records
+// met "free" PIDs and were dropped silently. It must fail instead.
+TEST_CASE("LLAMA refuses to open when both checkpoints are damaged", "[dc][llama]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  {
+    auto l = OpenOrDie(&env);
+    CreatePage(l.get(), "a");
+    REQUIRE(l->Checkpoint().ok());
+    CreatePage(l.get(), "b");
+    REQUIRE(l->Checkpoint().ok());
+    REQUIRE(l->Close().ok());
+  }
+  for (const char* slot : {"/db/ckpt-0", "/db/ckpt-1"}) {
+    REQUIRE(env.CorruptRange(slot, 8, 16, 3).ok());
+  }
+  Result<std::unique_ptr<Llama>> r = Llama::Open(&env, "/db", SmallOptions());
+  INFO(r.status().ToString());
+  CHECK(r.status().IsCorruption());
+}
+
+// Issue 35, suspect 1: a checkpoint named a page state in the LSS buffer
+// that recovery then cut as a torn tail (it was damaged); the next writes
+// landed at the same addresses, and the page was served another page's
+// bytes. Recovery must refuse a checkpoint entry at or past the recovered
+// end.
+TEST_CASE("LLAMA refuses a checkpoint that names a page state past the recovered end",
+          "[dc][llama]") {
+  auto mem = NewMemEnv();
+  FaultInjectionEnv env(mem.get(), 1);
+  PageId a = 0;
+  LssAddress rsp = 0;
+  {
+    auto l = OpenOrDie(&env);
+    rsp = l->HiStable();
+    a = CreatePage(l.get(), "page a");  // its record: in the buffer at rsp
+    REQUIRE(l->Checkpoint().ok());      // RSP rsp; makes the buffer stable
+    REQUIRE(l->HiStable() > rsp);
+    l->TEST_SkipCloseOnDestroy();
+  }
+  // Damage the buffer: nothing after it, so recovery cuts it as a torn tail.
+  REQUIRE(env.CorruptRange("/db/lss/0000000000000000.seg", rsp + 64 + 8, 8, 3).ok());
+  Result<std::unique_ptr<Llama>> r = Llama::Open(&env, "/db", SmallOptions());
+  INFO(r.status().ToString());
+  CHECK(r.status().IsCorruption());
+  if (r.ok()) {
+    // What the old code did: a new page's record takes the cut address.
+    auto l = std::move(r).value();
+    const PageId b = CreatePage(l.get(), "page b");
+    REQUIRE(l->MakeStable(l->Tail()).ok());
+    auto g = l->Enter();
+    Result<const PageNode*> read = l->Read(a);
+    INFO("page " << a << " (b is " << b << "): "
+                 << (read.ok() && *read != nullptr ? Contents(*read).front() : read.status().ToString()));
+    CHECK(!read.ok());
+  }
+}
+
 }  // namespace
 }  // namespace deuteron::llama

@@ -863,6 +863,49 @@ TEST_CASE("damage in the last buffer is a torn tail", "[dc][llama][lss][crash]")
   CHECK(seen.back().payload == "x");
 }
 
+// Issue 35: the owner records a Hi-Stable it was given (the DC, in dc.meta);
+// damage below it is Corruption even in the last buffer, and a torn buffer
+// at or above it is still cut.
+TEST_CASE("damage below the recorded stable point is Corruption even in the last buffer",
+          "[dc][llama][lss][crash]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  std::unique_ptr<Env> mem = NewMemEnv();
+  FaultInjectionEnv fault(mem.get(), seed);
+  const std::vector<LssAddress> addrs = WriteStableBuffers(&fault, 5);
+  const LssAddress last = addrs.back() - kBufferHeaderSize;
+  LssAddress stable = kNullAddress;
+  {
+    std::vector<Seen> seen;
+    auto lss = OpenAndRecover(&fault, &seen);
+    stable = lss->HiStable();
+  }
+  REQUIRE(stable > last);
+  REQUIRE(fault.CorruptRange(SegPath(0), last + 700, 8, 2).ok());
+  LssOptions o = SmallOptions();
+  SECTION("the damaged buffer lies below the stable point") {
+    o.stable_floor = stable;
+    auto lss = MustOpen(&fault, o);
+    std::vector<Seen> seen;
+    Status s = Collect(lss.get(), &seen);
+    INFO(s.ToString());
+    CHECK(s.IsCorruption());
+    CHECK(s.ToString().find("segment 0 offset " + std::to_string(last)) != std::string::npos);
+    lss.reset();
+    // Nothing was cut: the next open finds the same damage.
+    Result<uint64_t> size = fault.GetFileSize(SegPath(0));
+    REQUIRE(size.ok());
+    CHECK(*size > last);
+  }
+  SECTION("the damaged buffer begins at the stable point: a torn tail") {
+    o.stable_floor = last;
+    std::vector<Seen> seen;
+    auto lss = OpenAndRecover(&fault, &seen, o);
+    CHECK(seen.size() == 4);
+    CHECK(lss->HiStable() == last);
+  }
+}
+
 TEST_CASE("ReadRecord names the segment and offset of a bad record", "[dc][llama][lss]") {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);

@@ -1329,8 +1329,17 @@ void Llama::EndTransaction(SystemTxn* txn) {
 
 void Llama::TAbort(SystemTxn* txn) {
   assert(!txn->finished_);
-  FreePagesNow(txn->allocated_);
-  EndTransaction(txn);
+  {
+    // Freed and no longer private in one hold, as TAllocate made them
+    // allocated and private: a PID freed first could be reused (once the
+    // epoch lets it) by another transaction's TAllocate, whose private mark
+    // the erase below would then remove; erased first, a checkpoint could
+    // record it allocated and empty.
+    std::lock_guard<std::mutex> lock(att_mu_);
+    FreePagesNow(txn->allocated_);
+    for (PageId p : txn->allocated_) private_pages_.erase(p);
+  }
+  txn->finished_ = true;
   txn_aborts_.fetch_add(1, std::memory_order_relaxed);
 }
 

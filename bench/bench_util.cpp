@@ -333,6 +333,17 @@ ResultLine& ResultLine::SetString(std::string_view key, std::string_view value) 
   return *this;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+ResultLine& ResultLine::SetBool(std::string_view key, bool value) {
+  fields_.emplace_back(std::string(key), value ? "true" : "false");
+  return *this;
+}
+
 ResultLine& ResultLine::SetLatenciesNs(const Histogram::Snapshot& ns) {
   if (ns.count == 0) return *this;
   auto us = [](uint64_t v) { return static_cast<double>(v) / 1000.0; };

@@ -180,6 +180,7 @@ class ResultLine {
   ResultLine& Set(std::string_view key, int64_t value);
   ResultLine& Set(std::string_view key, int value) { return Set(key, int64_t{value}); }
   ResultLine& SetString(std::string_view key, std::string_view value);
+  ResultLine& SetBool(std::string_view key, bool value);
   // p50_us, p99_us, p999_us, max_us (and mean_us) from a histogram of
   // nanoseconds; nothing when it is empty.
   ResultLine& SetLatenciesNs(const Histogram::Snapshot& ns);
@@ -194,6 +195,10 @@ class ResultLine {
 
 // The ratio a / b, 0 when b is 0 (JSON has no infinities).
 inline double Ratio(double a, double b) { return b == 0 ? 0.0 : a / b; }
+
+// The median of `v` (the mean of the two middle values when even).
+// REQUIRES: !v.empty().
+double Median(std::vector<double> v);
 
 constexpr double kMiB = 1024.0 * 1024.0;
 

@@ -309,16 +309,6 @@ ResultLine PhaseLine(const Workload& w, const char* system, const char* phase, i
   return line;
 }
 
-// ResultLine has no boolean setter: prints `line` with `"key":true|false`
-// appended as its last field.
-void PrintWithBool(const ResultLine& line, std::string_view key, bool value) {
-  std::string json = line.ToJson();
-  json.pop_back();  // the closing brace
-  json += fmt::format(",\"{}\":{}}}\n", key, value ? "true" : "false");
-  std::fwrite(json.data(), 1, json.size(), stdout);
-  std::fflush(stdout);
-}
-
 // Reports a phase's failures on stderr; true when there were any.
 bool ReportFailures(const Workload& w, const char* system, const char* phase, int threads,
                     const PhaseResult& r) {
@@ -580,7 +570,7 @@ std::string PrintJudged(ResultLine& line, const Workload& w, double ratio, doubl
     return "diagnostic, no target";
   }
   line.Set("target", target);
-  PrintWithBool(line, "meets_target", ratio >= target);
+  line.SetBool("meets_target", ratio >= target).Print();
   return fmt::format("target {:.0f}", target);
 }
 
@@ -619,7 +609,7 @@ struct RatioSeries {
     std::vector<double> v = ratios;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
-    const double median = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    const double median = Median(v);
     ResultLine line(kBench, w.name, "bwtree/std_map", threads, ops, seconds);
     line.SetString("phase", phase)
         .SetString("statistic", "median")

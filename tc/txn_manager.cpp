@@ -207,7 +207,7 @@ Status TxnManager::Recover() {
   // Applies the batch, then drops every payload but the current record's.
   auto flush = [&]() -> Status {
     if (batch.empty()) return Status::OK();
-    Result<ApplyResult> r = dc_->Apply(batch, end - 1, incarnation_);
+    Result<ApplyResult> r = ApplyInBatches(batch, end - 1);
     if (!r.ok()) return r.status().WithContext("TC recovery: replay");
     replayed += batch.size();
     batch.clear();
@@ -230,7 +230,7 @@ Status TxnManager::Recover() {
     for (const RecordOp& op : ops) {
       if (op.lsn < from) continue;
       batch.push_back(op);
-      if (batch.size() >= options_.replay_batch_ops) {
+      if (batch.size() >= options_.apply_batch_ops) {
         if (Status s = flush(); !s.ok()) return s;
       }
     }
@@ -288,10 +288,12 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   // Apply before durability (the apply-before-durable window): the X locks
   // keep every reader off these keys until the record is durable.
   const uint64_t esl = options_.piggyback_esl ? DcEsl() : 0;
-  Result<ApplyResult> applied = dc_->Apply(ops, esl, incarnation_);
+  // A retry resends the whole batch: idempotence skips what already landed,
+  // and per key the order is still LSN order (one op per key).
+  Result<ApplyResult> applied = ApplyInBatches(ops, esl);
   for (int i = 0; i < kApplyRetries && !applied.ok() && applied.status().IsUnavailable(); ++i) {
     std::this_thread::sleep_for(kApplyRetryDelay);
-    applied = dc_->Apply(ops, esl, incarnation_);
+    applied = ApplyInBatches(ops, esl);
   }
   applies_.fetch_add(1, std::memory_order_relaxed);
   if (applied.ok()) {
@@ -314,6 +316,27 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   }
   // Durable: committed, even if the DC apply failed (recovery applies it).
   return Status::OK();
+}
+
+Result<ApplyResult> TxnManager::ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl) {
+  ApplyResult total;
+  size_t start = 0;
+  while (start < ops.size()) {
+    size_t end = start;
+    size_t bytes = 0;
+    while (end < ops.size() && end - start < options_.apply_batch_ops) {
+      const size_t b = ops[end].key.size() + ops[end].value.size();
+      if (end > start && bytes + b > options_.apply_batch_bytes) break;
+      bytes += b;
+      ++end;
+    }
+    Result<ApplyResult> r = dc_->Apply(ops.subspan(start, end - start), esl, incarnation_);
+    if (!r.ok()) return r.status();
+    total.applied += r->applied;
+    total.skipped += r->skipped;
+    start = end;
+  }
+  return total;
 }
 
 void TxnManager::NoteEslSent(uint64_t esl) {

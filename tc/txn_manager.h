@@ -58,9 +58,11 @@ struct TxnOptions {
   // Checkpoint once the log grew this many bytes past the durable RSSP
   // (0: only on demand).
   uint64_t checkpoint_log_bytes = 64ull << 20;
-  // Recovery replays at most this many operations per Apply (keep it within
-  // the DC's max_batch_ops).
-  size_t replay_batch_ops = 256;
+  // Most operations, and most key + value bytes, per Apply call, for commits
+  // and for recovery's replay (keep them within the DC's max_batch_ops and
+  // max_batch_bytes; a larger transaction is applied in several calls).
+  size_t apply_batch_ops = 4096;
+  size_t apply_batch_bytes = 16 << 20;
   // Keys and values over these limits are refused (TooLarge) at Put, before
   // anything reaches the log (keep them within the DC's tree limits).
   size_t max_key_size = 1024;
@@ -174,6 +176,8 @@ class TxnManager {
 
   Status Recover();
   Status CommitWrites(Transaction* txn);
+  // Applies `ops` in order, in calls within the batch limits.
+  Result<ApplyResult> ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl);
   // The DC's form of the log's ESL.
   uint64_t DcEsl() const { return log_->Esl() - 1; }
   void NoteEslSent(uint64_t esl);

@@ -66,7 +66,8 @@ class TcHarness {
     o.lock_timeout = std::chrono::milliseconds(5000);
     o.esl_interval = std::chrono::milliseconds(5);
     o.checkpoint_log_bytes = 0;  // tests checkpoint on demand unless they say
-    o.replay_batch_ops = 64;
+    o.apply_batch_ops = 64;  // the DC takes 256: larger commits must split
+    o.apply_batch_bytes = 256 << 10;
     o.max_key_size = 256;
     o.max_value_size = 1024;
     o.scan_page = 7;  // small: scans page through the DC
@@ -94,7 +95,7 @@ class TcHarness {
  private:
   void Open() {
     HarnessConfig c;
-    c.max_batch_ops = 4096;
+    c.max_batch_ops = 256;
     c.max_batch_bytes = 4 << 20;
     c.max_scan_items = 64;
     Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(&env_, "/dc", InProcessHarness::Options(c));

@@ -338,3 +338,26 @@ TEST_CASE("txn: scheduled checkpoints keep the log bounded", "[tc][txn][recovery
 }
 
 }  // namespace deuteron::test
+
+namespace deuteron::test {
+
+TEST_CASE("txn: a transaction over the DC's batch limit commits and replays in batches",
+          "[tc][txn][recovery]") {
+  TcHarness h;
+  std::map<std::string, std::string> model;
+  auto t = h.tm().Begin();
+  for (int i = 0; i < 1000; ++i) {
+    model[Key(i)] = std::to_string(i);
+    REQUIRE(t->Put(Key(i), std::to_string(i)).ok());
+  }
+  Status s = t->Commit();
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  REQUIRE(h.tm().health().ok());
+  CHECK(ScanAll(h.tm()) == model);
+  h.Crash();
+  CHECK(h.tm().stats().replayed_ops == 1000);
+  CHECK(ScanAll(h.tm()) == model);
+}
+
+}  // namespace deuteron::test

@@ -287,23 +287,14 @@ Status TxnManager::CommitWrites(Transaction* txn) {
 
   // Apply before durability (the apply-before-durable window): the X locks
   // keep every reader off these keys until the record is durable.
-  const uint64_t esl = options_.piggyback_esl ? DcEsl() : 0;
-  // A retry resends the whole batch: idempotence skips what already landed,
-  // and per key the order is still LSN order (one op per key).
-  Result<ApplyResult> applied = ApplyInBatches(ops, esl);
-  for (int i = 0; i < kApplyRetries && !applied.ok() && applied.status().IsUnavailable(); ++i) {
-    std::this_thread::sleep_for(kApplyRetryDelay);
-    applied = ApplyInBatches(ops, esl);
-  }
-  applies_.fetch_add(1, std::memory_order_relaxed);
+  Status applied = ApplyCommit(ops);
   if (applied.ok()) {
-    NoteEslSent(esl);
     done_inflight();
   } else {
     // The record is in the log and may become durable: the TC can no longer
     // serve reads that would miss it. It stays in flight (no RSSP passes
     // it); a reopen replays it.
-    Fail(applied.status().WithContext("DC apply failed after the commit record was appended"));
+    Fail(applied.WithContext("DC apply failed after the commit record was appended"));
   }
 
   Status durable = log_->WaitDurable(span->end);
@@ -316,6 +307,55 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   }
   // Durable: committed, even if the DC apply failed (recovery applies it).
   return Status::OK();
+}
+
+Status TxnManager::ApplyWithRetry(std::span<const RecordOp> ops) {
+  const uint64_t esl = options_.piggyback_esl ? DcEsl() : 0;
+  // A retry resends everything: idempotence skips what already landed.
+  Result<ApplyResult> applied = ApplyInBatches(ops, esl);
+  for (int i = 0; i < kApplyRetries && !applied.ok() && applied.status().IsUnavailable(); ++i) {
+    std::this_thread::sleep_for(kApplyRetryDelay);
+    applied = ApplyInBatches(ops, esl);
+  }
+  applies_.fetch_add(1, std::memory_order_relaxed);
+  if (!applied.ok()) return applied.status();
+  NoteEslSent(esl);
+  return Status::OK();
+}
+
+Status TxnManager::ApplyCommit(std::span<const RecordOp> ops) {
+  if (!options_.coalesce_applies) return ApplyWithRetry(ops);
+  ApplyRequest me;
+  me.ops = ops;
+  std::unique_lock<std::mutex> l(group_mu_);
+  group_queue_.push_back(&me);
+  group_cv_.wait(l, [&] { return me.done || !group_applying_; });
+  if (me.done) return std::move(me.result);
+  // Leader: take every queued batch (this one included) into one apply.
+  // Queued commits never share a key (each still holds its X locks), so
+  // their order inside the group does not matter for per-key LSN order.
+  group_applying_ = true;
+  std::vector<ApplyRequest*> group;
+  group.swap(group_queue_);
+  l.unlock();
+  std::vector<RecordOp> all;
+  if (group.size() > 1) {
+    size_t n = 0;
+    for (const ApplyRequest* r : group) n += r->ops.size();
+    all.reserve(n);
+    for (const ApplyRequest* r : group) all.insert(all.end(), r->ops.begin(), r->ops.end());
+  }
+  Status s = ApplyWithRetry(group.size() > 1 ? std::span<const RecordOp>(all) : ops);
+  l.lock();
+  for (ApplyRequest* r : group) {
+    r->result = s;
+    r->done = true;
+  }
+  group_applying_ = false;
+  l.unlock();
+  group_cv_.notify_all();
+  me.result.PermitUncheckedError();
+  return s;
 }
 
 Result<ApplyResult> TxnManager::ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl) {

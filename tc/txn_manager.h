@@ -52,6 +52,12 @@ struct TxnOptions {
   // Most delay between the log's ESL moving and the DC hearing of it when no
   // Apply carries it.
   std::chrono::milliseconds esl_interval{20};
+  // Coalesce the Apply batches of concurrent commits: one committer at a
+  // time applies (the leader), taking every batch queued meanwhile into its
+  // call, so a remote DC sees one round trip per group, not per commit.
+  // Commits in one group never share a key (each holds its X locks until
+  // after its apply), so per-key LSN order holds.
+  bool coalesce_applies = true;
   // Whether commits piggy-back the ESL on Apply (off: only the idle path
   // sends it; for tests and measurements).
   bool piggyback_esl = true;
@@ -75,7 +81,7 @@ struct TxnStats {
   uint64_t commits = 0;          // write transactions committed
   uint64_t read_only_commits = 0;
   uint64_t aborts = 0;
-  uint64_t applies = 0;          // DC Apply calls from commits
+  uint64_t applies = 0;          // DC Apply calls from commits (one per group)
   uint64_t esl_sends = 0;        // SetEsl calls from the background thread
   uint64_t checkpoints = 0;      // RSSPs made durable
   uint64_t replayed_ops = 0;     // at the last Open
@@ -178,6 +184,10 @@ class TxnManager {
   Status CommitWrites(Transaction* txn);
   // Applies `ops` in order, in calls within the batch limits.
   Result<ApplyResult> ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl);
+  // A commit's apply: ApplyInBatches retrying Unavailable, coalesced with
+  // concurrent commits' when options_.coalesce_applies. Returns the status.
+  Status ApplyCommit(std::span<const RecordOp> ops);
+  Status ApplyWithRetry(std::span<const RecordOp> ops);
   // The DC's form of the log's ESL.
   uint64_t DcEsl() const { return log_->Esl() - 1; }
   void NoteEslSent(uint64_t esl);
@@ -197,6 +207,18 @@ class TxnManager {
   // passes the smallest.
   std::mutex inflight_mu_;
   std::multiset<uint64_t> inflight_;  // GUARDED_BY(inflight_mu_)
+
+  // The apply group (coalesce_applies): queued commits and whether a leader
+  // is applying.
+  struct ApplyRequest {
+    std::span<const RecordOp> ops;
+    Status result;
+    bool done = false;
+  };
+  std::mutex group_mu_;
+  std::condition_variable group_cv_;
+  std::vector<ApplyRequest*> group_queue_;  // GUARDED_BY(group_mu_)
+  bool group_applying_ = false;             // GUARDED_BY(group_mu_)
 
   std::atomic<uint64_t> esl_sent_{0};  // highest DC ESL any call carried
   std::mutex checkpoint_mu_;           // one checkpoint at a time

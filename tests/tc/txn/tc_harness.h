@@ -56,7 +56,8 @@ class ThreadErrors {
 class TcHarness {
  public:
   explicit TcHarness(bool remote = false, uint64_t seed = 1, tc::TxnOptions txn = Defaults())
-      : remote_(remote), mem_(NewMemEnv()), env_(mem_.get(), seed), txn_options_(txn) {
+      : remote_(remote), mem_(NewMemEnv()), env_(mem_.get(), seed),
+        log_env_(mem_.get(), seed + 1000), txn_options_(txn) {
     Open();
   }
   ~TcHarness() { Close(/*clean=*/false); }
@@ -77,7 +78,8 @@ class TcHarness {
   tc::TxnManager& tm() { return *tm_; }
   wal::Log& log() { return *log_; }
   dc::Dc& dc() { return *dc_; }
-  FaultInjectionEnv& env() { return env_; }
+  FaultInjectionEnv& env() { return env_; }          // the DC's files
+  FaultInjectionEnv& log_env() { return log_env_; }  // the TC log's files
 
   void Reopen() {
     Close(/*clean=*/true);
@@ -87,9 +89,28 @@ class TcHarness {
   // Power loss of TC and DC together: every unsynced write is lost.
   void Crash(CrashMode mode = CrashMode::kDropUnsynced) {
     REQUIRE(env_.SimulateCrash(mode).ok());
+    REQUIRE(log_env_.SimulateCrash(mode).ok());
     dc_->TEST_SkipCloseOnDestroy();
     Close(/*clean=*/false);
     Open();
+  }
+
+  // The TC process alone dies (its log loses unsynced writes); the DC keeps
+  // running, holding operations the log may never have made durable, until
+  // the new TC's recovery restarts it to the end of the stable log.
+  // REQUIRES: in process (not remote).
+  void CrashTcOnly(CrashMode mode = CrashMode::kDropUnsynced) {
+    REQUIRE_FALSE(remote_);
+    REQUIRE(log_env_.SimulateCrash(mode).ok());
+    if (tm_ != nullptr) {
+      Status s = tm_->Close();
+      s.PermitUncheckedError();
+      tm_.reset();
+    }
+    Status s = log_->Close();
+    s.PermitUncheckedError();
+    log_.reset();
+    OpenTc();
   }
 
  private:
@@ -102,16 +123,20 @@ class TcHarness {
     INFO(d.status().ToString());
     REQUIRE(d.ok());
     dc_ = std::move(d).value();
+    OpenTc();
+  }
+
+  void OpenTc() {
     wal::LogOptions lo;
     lo.segment_size = 64 << 10;
     lo.buffer_size = 64 << 10;
     lo.spare_segments = 1;
-    Result<std::unique_ptr<wal::Log>> l = wal::Log::Open(&env_, "/log", lo);
+    Result<std::unique_ptr<wal::Log>> l = wal::Log::Open(&log_env_, "/log", lo);
     INFO(l.status().ToString());
     REQUIRE(l.ok());
     log_ = std::move(l).value();
     DataComponent* target = dc_.get();
-    if (remote_) {
+    if (remote_ && server_ == nullptr) {
       dc::DcServerOptions so;
       so.port = 0;
       so.io_threads = 1;
@@ -168,6 +193,7 @@ class TcHarness {
   const bool remote_;
   std::unique_ptr<Env> mem_;
   FaultInjectionEnv env_;
+  FaultInjectionEnv log_env_;
   const tc::TxnOptions txn_options_;
   std::unique_ptr<dc::Dc> dc_;
   std::unique_ptr<wal::Log> log_;

@@ -174,6 +174,7 @@ Result<std::unique_ptr<TxnManager>> TxnManager::Open(DataComponent* dc, wal::Log
   std::unique_ptr<TxnManager> tm(new TxnManager(dc, log, options));
   if (Status s = tm->Recover(); !s.ok()) return s;
   tm->last_checkpoint_tail_ = log->Tail();
+  tm->last_checkpoint_time_ = std::chrono::steady_clock::now();
   tm->bg_ = std::thread([p = tm.get()] { p->BackgroundLoop(); });
   return tm;
 }
@@ -448,9 +449,13 @@ void TxnManager::BackgroundLoop() {
           DLOG_WARN("TC: SetEsl failed (retried): {}", s.ToString());
         }
       }
-      if (options_.checkpoint_log_bytes != 0 &&
-          log_->Tail() - last_checkpoint_tail_.load(std::memory_order_relaxed) >=
-              options_.checkpoint_log_bytes) {
+      const uint64_t grown = log_->Tail() - last_checkpoint_tail_.load(std::memory_order_relaxed);
+      const auto now = std::chrono::steady_clock::now();
+      const bool by_size = options_.checkpoint_log_bytes != 0 && grown >= options_.checkpoint_log_bytes;
+      const bool by_time = options_.checkpoint_interval.count() != 0 && grown != 0 &&
+                           now - last_checkpoint_time_ >= options_.checkpoint_interval;
+      if (by_size || by_time) {
+        last_checkpoint_time_ = now;
         Status s = Checkpoint();
         if (!s.ok()) DLOG_WARN("TC: scheduled checkpoint failed: {}", s.ToString());
       }

@@ -12,7 +12,7 @@
 //    nothing; aborted ones never reach the DC.
 //  - A background thread sends the ESL to the DC when no Apply carried it
 //    (within Options::esl_interval) and checkpoints every
-//    Options::checkpoint_log_bytes of log.
+//    Options::checkpoint_log_bytes of log, or Options::checkpoint_interval.
 //  - Open runs redo recovery: RestartTo(end of stable log) on the DC, replay
 //    of every commit record from the durable RSSP in batches.
 //
@@ -64,6 +64,8 @@ struct TxnOptions {
   // Checkpoint once the log grew this many bytes past the durable RSSP
   // (0: only on demand).
   uint64_t checkpoint_log_bytes = 64ull << 20;
+  // ... and at least this often while the log grows (0: never by time).
+  std::chrono::milliseconds checkpoint_interval{60000};
   // Most operations, and most key + value bytes, per Apply call, for commits
   // and for recovery's replay (keep them within the DC's max_batch_ops and
   // max_batch_bytes; a larger transaction is applied in several calls).
@@ -223,6 +225,7 @@ class TxnManager {
   std::atomic<uint64_t> esl_sent_{0};  // highest DC ESL any call carried
   std::mutex checkpoint_mu_;           // one checkpoint at a time
   std::atomic<uint64_t> last_checkpoint_tail_{0};  // log Tail() at the last checkpoint
+  std::chrono::steady_clock::time_point last_checkpoint_time_;  // bg thread only
 
   mutable std::mutex fail_mu_;
   Status failed_;                      // GUARDED_BY(fail_mu_)

@@ -67,6 +67,7 @@ class TcHarness {
     o.lock_timeout = std::chrono::milliseconds(5000);
     o.esl_interval = std::chrono::milliseconds(5);
     o.checkpoint_log_bytes = 0;  // tests checkpoint on demand unless they say
+    o.checkpoint_interval = std::chrono::milliseconds(0);
     o.apply_batch_ops = 64;  // the DC takes 256: larger commits must split
     o.apply_batch_bytes = 256 << 10;
     o.max_key_size = 256;

@@ -323,6 +323,20 @@ TEST_CASE("txn: a checkpoint truncates the log and recovery replays from its RSS
   CHECK(ScanAll(h.tm()) == model);
 }
 
+TEST_CASE("txn: checkpoints by time while the log grows", "[tc][txn][recovery]") {
+  tc::TxnOptions o = TcHarness::Defaults();
+  o.checkpoint_interval = std::chrono::milliseconds(10);
+  TcHarness h(false, 1, o);
+  CommitPuts(h.tm(), {{"a", "1"}});
+  bool advanced = false;
+  for (int i = 0; i < 400 && !advanced; ++i) {
+    advanced = h.log().DurableRssp() >= h.log().Esl();
+    if (!advanced) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(advanced);
+  CHECK(h.tm().stats().checkpoints >= 1);
+}
+
 TEST_CASE("txn: scheduled checkpoints keep the log bounded", "[tc][txn][recovery]") {
   tc::TxnOptions o = TcHarness::Defaults();
   o.checkpoint_log_bytes = 32 << 10;

@@ -1,0 +1,54 @@
+// Database: the embedded store. One directory holds the TC's log (dir/log)
+// and an in-process data component (dc::Dc, dir/dc), under the directory lock
+// (dir/LOCK). Open recovers both (TxnManager::Open) and hands out
+// transactions. This is the one place in tc/ that links dc/ (its own target,
+// deuteron_tc_embedded); TxnManager itself sees only DataComponent.
+//
+// Thread safety: Begin, Checkpoint and txn() may be called from any threads;
+// Close (and the destructor) must not race with them, and every transaction
+// must be finished first.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/dir_lock.h"
+#include "common/env.h"
+#include "common/status.h"
+#include "dc/dc.h"
+#include "tc/txn_manager.h"
+#include "tc/wal/log.h"
+
+namespace deuteron::tc {
+
+struct DatabaseOptions {
+  Env* env = nullptr;  // null: Env::Posix()
+  dc::DcOptions dc;
+  wal::LogOptions log;
+  TxnOptions txn;
+};
+
+class Database {
+ public:
+  // Creates `dir` when absent. Busy when another Database holds it.
+  static Result<std::unique_ptr<Database>> Open(const std::string& dir, DatabaseOptions options);
+  ~Database();  // Close(), errors logged
+
+  std::unique_ptr<Transaction> Begin() { return tm_->Begin(); }
+  Status Checkpoint() { return tm_->Checkpoint(); }
+  TxnManager& txn() { return *tm_; }
+
+  // Stops the TC, closes the log, then the DC (clean: flushes what the ESL
+  // allows), then releases the directory lock. Idempotent.
+  Status Close();
+
+ private:
+  Database() = default;
+  std::unique_ptr<DirLock> lock_;
+  std::unique_ptr<dc::Dc> dc_;
+  std::unique_ptr<wal::Log> log_;
+  std::unique_ptr<TxnManager> tm_;
+  bool closed_ = false;
+};
+
+}  // namespace deuteron::tc

@@ -1,0 +1,497 @@
+#include "tc/txn_manager.h"
+
+#include <algorithm>
+#include <cassert>
+#include <deque>
+#include <limits>
+
+#include "common/logging.h"
+#include "tc/commit_record.h"
+
+namespace deuteron::tc {
+
+namespace {
+
+// How often, and how long, a commit retries an Apply the DC refused with
+// Unavailable (restarting) before the TC fails.
+constexpr int kApplyRetries = 50;
+constexpr std::chrono::milliseconds kApplyRetryDelay{20};
+
+bool InScanRange(const ScanOptions& o, std::string_view key) {
+  if (o.lower) {
+    if (o.lower_inclusive ? key < *o.lower : key <= *o.lower) return false;
+  }
+  if (o.upper) {
+    if (o.upper_inclusive ? key > *o.upper : key >= *o.upper) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ Transaction
+
+Transaction::~Transaction() { Abort(); }
+
+Status Transaction::CheckActive() const {
+  if (!active_) return Status::TransactionFinished("transaction " + std::to_string(id_) + " is finished");
+  return Status::OK();
+}
+
+Status Transaction::Fail(Status s) {
+  Abort();
+  return s;
+}
+
+void Transaction::Abort() {
+  if (!active_) return;
+  active_ = false;
+  writes_.clear();
+  tm_->locks_.ReleaseAll(id_);
+  tm_->aborts_.fetch_add(1, std::memory_order_relaxed);
+}
+
+Result<std::string> Transaction::Get(Slice key) {
+  if (Status s = CheckActive(); !s.ok()) return s;
+  auto it = writes_.find(std::string_view(key.data(), key.size()));
+  if (it != writes_.end()) {
+    if (!it->second) return Status::NotFound("deleted by this transaction");
+    return *it->second;
+  }
+  if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kShared); !s.ok()) return Fail(std::move(s));
+  // After the lock: a failed TC may have left the DC without a committed
+  // writer's operations (or with a doubtful one's), so nothing is read.
+  if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
+  Result<ReadResult> r = tm_->dc_->Get(key);
+  if (!r.ok()) return r.status();
+  if (!r->found) return Status::NotFound("key not found");
+  return std::move(r->value);
+}
+
+Status Transaction::Put(Slice key, Slice value) {
+  if (Status s = CheckActive(); !s.ok()) return s;
+  if (key.size() > tm_->options_.max_key_size || value.size() > tm_->options_.max_value_size) {
+    return Status::TooLarge("key or value over the limits");
+  }
+  if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kExclusive); !s.ok()) return Fail(std::move(s));
+  writes_.insert_or_assign(key.ToString(), value.ToString());
+  return Status::OK();
+}
+
+Status Transaction::Delete(Slice key) {
+  if (Status s = CheckActive(); !s.ok()) return s;
+  if (key.size() > tm_->options_.max_key_size) return Status::TooLarge("key over the limit");
+  if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kExclusive); !s.ok()) return Fail(std::move(s));
+  writes_.insert_or_assign(key.ToString(), std::nullopt);
+  return Status::OK();
+}
+
+Result<std::vector<KeyValue>> Transaction::Scan(const ScanOptions& o) {
+  if (Status s = CheckActive(); !s.ok()) return s;
+  std::vector<KeyValue> out;
+  if (o.lower && o.upper && *o.lower > *o.upper) return out;
+  // The lock covers the whole requested range, whatever the limit: [lo, hi),
+  // an inclusive upper bound u becomes u + '\0', its immediate successor.
+  KeyRange range{o.lower, o.upper};
+  if (o.upper && o.upper_inclusive) range.hi->push_back('\0');
+  if (Status s = tm_->locks_.LockRange(id_, range); !s.ok()) return Fail(std::move(s));
+  if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
+
+  size_t own = 0;
+  for (const auto& [k, v] : writes_) own += InScanRange(o, k) ? 1 : 0;
+  // With `limit`, limit + own DC items suffice: at most `own` of them are
+  // hidden by this transaction's deletes, and its upserts past the last DC
+  // item fetched sort after at least `limit` live items.
+  const size_t needed = o.limit == 0 ? std::numeric_limits<size_t>::max() : o.limit + own;
+  std::map<std::string, std::string, std::less<>> merged;
+  ScanRequest req{o.lower, o.lower_inclusive, o.upper, o.upper_inclusive, o.reverse,
+                  tm_->options_.scan_page};
+  size_t fetched = 0;
+  while (fetched < needed) {
+    Result<ScanResult> page = tm_->dc_->Scan(req);
+    if (!page.ok()) return page.status();
+    for (ScanItem& item : page->items) {
+      ++fetched;
+      merged.insert_or_assign(std::move(item.key), std::move(item.value));
+    }
+    if (!page->more || page->items.empty()) break;
+    // Continue after the last item, exclusive.
+    const std::string& last = o.reverse ? merged.begin()->first : merged.rbegin()->first;
+    if (o.reverse) {
+      req.upper = last;
+      req.upper_inclusive = false;
+    } else {
+      req.lower = last;
+      req.lower_inclusive = false;
+    }
+  }
+  for (const auto& [k, v] : writes_) {
+    if (!InScanRange(o, k)) continue;
+    if (v) {
+      merged.insert_or_assign(k, *v);
+    } else {
+      merged.erase(k);
+    }
+  }
+  const size_t n = o.limit == 0 ? merged.size() : std::min(o.limit, merged.size());
+  out.reserve(n);
+  auto emit = [&](auto begin, auto end) {
+    for (auto it = begin; it != end && out.size() < n; ++it) out.push_back({it->first, it->second});
+  };
+  if (o.reverse) {
+    emit(merged.rbegin(), merged.rend());
+  } else {
+    emit(merged.begin(), merged.end());
+  }
+  return out;
+}
+
+Status Transaction::Commit() {
+  if (Status s = CheckActive(); !s.ok()) return s;
+  active_ = false;
+  if (writes_.empty()) {
+    tm_->locks_.ReleaseAll(id_);
+    tm_->ro_commits_.fetch_add(1, std::memory_order_relaxed);
+    return Status::OK();
+  }
+  Status s = tm_->CommitWrites(this);
+  writes_.clear();
+  // Strict 2PL: the locks go only now, after the record is durable (or the
+  // TC failed, which refuses every later read).
+  tm_->locks_.ReleaseAll(id_);
+  (s.ok() ? tm_->commits_ : tm_->aborts_).fetch_add(1, std::memory_order_relaxed);
+  return s;
+}
+
+// ------------------------------------------------------------ TxnManager
+
+TxnManager::TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options)
+    : dc_(dc), log_(log), options_(options),
+      locks_(LockManager::Options{options.lock_timeout}) {}
+
+Result<std::unique_ptr<TxnManager>> TxnManager::Open(DataComponent* dc, wal::Log* log,
+                                                     TxnOptions options) {
+  std::unique_ptr<TxnManager> tm(new TxnManager(dc, log, options));
+  if (Status s = tm->Recover(); !s.ok()) return s;
+  tm->last_checkpoint_tail_ = log->Tail();
+  tm->last_checkpoint_time_ = std::chrono::steady_clock::now();
+  tm->bg_ = std::thread([p = tm.get()] { p->BackgroundLoop(); });
+  return tm;
+}
+
+TxnManager::~TxnManager() {
+  Status s = Close();
+  s.PermitUncheckedError();
+  failed_.PermitUncheckedError();  // a member, read through CheckHealthy
+}
+
+Status TxnManager::Recover() {
+  const wal::Lsn end = log_->Esl();  // the end of the stable log E
+  Result<DcReady> ready = dc_->RestartTo(end - 1);
+  if (!ready.ok()) return ready.status().WithContext("TC recovery: DC restart-to");
+  incarnation_ = ready->incarnation;
+  // Replay from the log's durable RSSP, or from the DC's acknowledged RSSP
+  // when that is higher (a crash between ProposeRssp and SetDurableRssp):
+  // operations below the DC's RSSP are durable there, and resending them
+  // could resurrect a key whose tombstone the DC purged below its RSSP.
+  const uint64_t first = wal::SegmentStart(wal::kFirstSegment, log_->options().segment_size);
+  const wal::Lsn from = std::max({log_->DurableRssp(), ready->rssp, first});
+  Result<std::unique_ptr<wal::LogReader>> reader = log_->NewReader(std::min(from, end));
+  if (!reader.ok()) return reader.status().WithContext("TC recovery: log reader");
+
+  // Own the bytes `batch` borrows. A deque: dropping its front leaves the
+  // rest (the record being replayed) in place.
+  std::deque<std::string> payloads;
+  std::vector<RecordOp> batch;
+  std::vector<RecordOp> ops;
+  uint64_t replayed = 0;
+  // Applies the batch, then drops every payload but the current record's.
+  auto flush = [&]() -> Status {
+    if (batch.empty()) return Status::OK();
+    Result<ApplyResult> r = ApplyInBatches(batch, end - 1);
+    if (!r.ok()) return r.status().WithContext("TC recovery: replay");
+    replayed += batch.size();
+    batch.clear();
+    if (payloads.size() > 1) payloads.erase(payloads.begin(), payloads.end() - 1);
+    return Status::OK();
+  };
+  wal::LogRecord rec;
+  for (;;) {
+    Result<bool> more = (*reader)->Next(&rec);
+    if (!more.ok()) return more.status().WithContext("TC recovery: reading the log");
+    if (!*more) break;
+    payloads.push_back(rec.payload.ToString());
+    if (Status s = DecodeCommitRecord(payloads.back(), rec.lsn, &ops); !s.ok()) {
+      return s.WithContext("TC recovery: record at LSN " + std::to_string(rec.lsn));
+    }
+    if (rec.end - rec.lsn < ops.size()) {
+      return Status::Corruption("TC recovery: record at LSN " + std::to_string(rec.lsn) +
+                                " holds more operations than its span");
+    }
+    for (const RecordOp& op : ops) {
+      if (op.lsn < from) continue;
+      batch.push_back(op);
+      if (batch.size() >= options_.apply_batch_ops) {
+        if (Status s = flush(); !s.ok()) return s;
+      }
+    }
+  }
+  if (Status s = flush(); !s.ok()) return s;
+  replayed_ops_.store(replayed, std::memory_order_relaxed);
+  NoteEslSent(end - 1);  // RestartTo set the DC's ESL to E - 1
+  return Status::OK();
+}
+
+std::unique_ptr<Transaction> TxnManager::Begin() {
+  return std::unique_ptr<Transaction>(
+      new Transaction(this, next_txn_.fetch_add(1, std::memory_order_relaxed)));
+}
+
+Status TxnManager::CommitWrites(Transaction* txn) {
+  if (Status s = CheckHealthy(); !s.ok()) return s;
+  // One op per key, in key order (the write set is a map).
+  std::vector<RecordOp> ops;
+  ops.reserve(txn->writes_.size());
+  for (const auto& [k, v] : txn->writes_) {
+    ops.push_back(v ? RecordOp{RecordOpKind::kUpsert, Slice(k), Slice(*v), 0}
+                    : RecordOp{RecordOpKind::kDelete, Slice(k), Slice(), 0});
+  }
+  std::string payload;
+  EncodeCommitRecord(ops, &payload);
+
+  // Register as in flight BEFORE Append, with the tail as a lower bound of
+  // the span: a checkpoint must never choose an RSSP above operations that
+  // are in the log but not yet in the DC.
+  std::multiset<uint64_t>::iterator inflight;
+  {
+    std::lock_guard<std::mutex> l(inflight_mu_);
+    inflight = inflight_.insert(log_->Tail());
+  }
+  auto done_inflight = [&] {
+    std::lock_guard<std::mutex> l(inflight_mu_);
+    inflight_.erase(inflight);
+  };
+  Result<wal::LogSpan> span = log_->Append(payload);
+  if (!span.ok()) {
+    // Nothing reached the log: the transaction is simply aborted.
+    done_inflight();
+    return span.status();
+  }
+  // Every op needs its own LSN inside the span (a record spans at least its
+  // payload bytes, and every op takes at least two).
+  assert(span->end - span->lsn >= ops.size());
+  if (span->end - span->lsn < ops.size()) {
+    Fail(Status::Internal("commit record span shorter than its operation count"));
+    return Status::Internal("commit record span shorter than its operation count");
+  }
+  for (size_t i = 0; i < ops.size(); ++i) ops[i].lsn = span->lsn + i;
+
+  // Apply before durability (the apply-before-durable window): the X locks
+  // keep every reader off these keys until the record is durable.
+  Status applied = ApplyCommit(ops);
+  if (applied.ok()) {
+    done_inflight();
+  } else {
+    // The record is in the log and may become durable: the TC can no longer
+    // serve reads that would miss it. It stays in flight (no RSSP passes
+    // it); a reopen replays it.
+    Fail(applied.WithContext("DC apply failed after the commit record was appended"));
+  }
+
+  Status durable = log_->WaitDurable(span->end);
+  if (!durable.ok()) {
+    // In doubt: the record may or may not have reached the disk. The DC may
+    // hold its operations above the ESL; the failed TC refuses all reads and
+    // recovery (RestartTo E) decides, wholly one way or the other.
+    Fail(durable.WithContext("log failed before the commit record was durable"));
+    return durable.WithContext("commit outcome in doubt (log failed)");
+  }
+  // Durable: committed, even if the DC apply failed (recovery applies it).
+  return Status::OK();
+}
+
+Status TxnManager::ApplyWithRetry(std::span<const RecordOp> ops) {
+  const uint64_t esl = options_.piggyback_esl ? DcEsl() : 0;
+  // A retry resends everything: idempotence skips what already landed.
+  Result<ApplyResult> applied = ApplyInBatches(ops, esl);
+  for (int i = 0; i < kApplyRetries && !applied.ok() && applied.status().IsUnavailable(); ++i) {
+    std::this_thread::sleep_for(kApplyRetryDelay);
+    applied = ApplyInBatches(ops, esl);
+  }
+  applies_.fetch_add(1, std::memory_order_relaxed);
+  if (!applied.ok()) return applied.status();
+  NoteEslSent(esl);
+  return Status::OK();
+}
+
+Status TxnManager::ApplyCommit(std::span<const RecordOp> ops) {
+  if (!options_.coalesce_applies) return ApplyWithRetry(ops);
+  ApplyRequest me;
+  me.ops = ops;
+  std::unique_lock<std::mutex> l(group_mu_);
+  group_queue_.push_back(&me);
+  group_cv_.wait(l, [&] { return me.done || !group_applying_; });
+  if (me.done) return std::move(me.result);
+  // Leader: take every queued batch (this one included) into one apply.
+  // Queued commits never share a key (each still holds its X locks), so
+  // their order inside the group does not matter for per-key LSN order.
+  group_applying_ = true;
+  std::vector<ApplyRequest*> group;
+  group.swap(group_queue_);
+  l.unlock();
+  std::vector<RecordOp> all;
+  if (group.size() > 1) {
+    size_t n = 0;
+    for (const ApplyRequest* r : group) n += r->ops.size();
+    all.reserve(n);
+    for (const ApplyRequest* r : group) all.insert(all.end(), r->ops.begin(), r->ops.end());
+  }
+  Status s = ApplyWithRetry(group.size() > 1 ? std::span<const RecordOp>(all) : ops);
+  l.lock();
+  for (ApplyRequest* r : group) {
+    r->result = s;
+    r->done = true;
+  }
+  group_applying_ = false;
+  l.unlock();
+  group_cv_.notify_all();
+  me.result.PermitUncheckedError();
+  return s;
+}
+
+Result<ApplyResult> TxnManager::ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl) {
+  ApplyResult total;
+  size_t start = 0;
+  while (start < ops.size()) {
+    size_t end = start;
+    size_t bytes = 0;
+    while (end < ops.size() && end - start < options_.apply_batch_ops) {
+      const size_t b = ops[end].key.size() + ops[end].value.size();
+      if (end > start && bytes + b > options_.apply_batch_bytes) break;
+      bytes += b;
+      ++end;
+    }
+    Result<ApplyResult> r = dc_->Apply(ops.subspan(start, end - start), esl, incarnation_);
+    if (!r.ok()) return r.status();
+    total.applied += r->applied;
+    total.skipped += r->skipped;
+    start = end;
+  }
+  return total;
+}
+
+void TxnManager::NoteEslSent(uint64_t esl) {
+  uint64_t cur = esl_sent_.load(std::memory_order_relaxed);
+  while (cur < esl && !esl_sent_.compare_exchange_weak(cur, esl, std::memory_order_relaxed)) {
+  }
+}
+
+void TxnManager::Fail(Status s) {
+  s.PermitUncheckedError();  // kept (the first) or dropped (a later one)
+  std::lock_guard<std::mutex> l(fail_mu_);
+  if (has_failed_.load(std::memory_order_relaxed)) return;
+  DLOG_ERROR("TC failed: {}", s.ToString());
+  failed_ = std::move(s);
+  failed_.PermitUncheckedError();  // callers check the copies CheckHealthy returns
+  has_failed_.store(true, std::memory_order_release);
+}
+
+Status TxnManager::CheckHealthy() const {
+  if (!has_failed_.load(std::memory_order_acquire)) return Status::OK();
+  std::lock_guard<std::mutex> l(fail_mu_);
+  return failed_;
+}
+
+Status TxnManager::health() const { return CheckHealthy(); }
+
+Status TxnManager::Checkpoint() {
+  if (Status s = CheckHealthy(); !s.ok()) return s;
+  std::lock_guard<std::mutex> cl(checkpoint_mu_);
+  const uint64_t tail = log_->Tail();
+  wal::Lsn rssp;
+  {
+    // Under inflight_mu_: a commit registering after this has a lower bound
+    // (the tail then) at or above the ESL read here.
+    std::lock_guard<std::mutex> l(inflight_mu_);
+    rssp = log_->Esl();
+    if (!inflight_.empty()) rssp = std::min(rssp, *inflight_.begin());
+  }
+  if (rssp <= log_->DurableRssp()) return Status::OK();
+  // The DC accepts an RSSP up to its ESL + 1: bring its ESL up first.
+  const uint64_t esl = DcEsl();
+  if (Status s = dc_->SetEsl(esl, incarnation_); !s.ok()) return s.WithContext("checkpoint: SetEsl");
+  NoteEslSent(esl);
+  if (Status s = dc_->ProposeRssp(rssp, incarnation_); !s.ok()) {
+    return s.WithContext("checkpoint: ProposeRssp");
+  }
+  if (Status s = log_->SetDurableRssp(rssp); !s.ok()) return s.WithContext("checkpoint: log RSSP");
+  last_checkpoint_tail_.store(tail, std::memory_order_relaxed);
+  checkpoints_.fetch_add(1, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+void TxnManager::BackgroundLoop() {
+  std::unique_lock<std::mutex> l(bg_mu_);
+  while (!stop_) {
+    bg_cv_.wait_for(l, options_.esl_interval);
+    if (stop_) break;
+    l.unlock();
+    if (CheckHealthy().ok()) {
+      const uint64_t esl = DcEsl();
+      if (esl > esl_sent_.load(std::memory_order_relaxed)) {
+        Status s = dc_->SetEsl(esl, incarnation_);
+        if (s.ok()) {
+          NoteEslSent(esl);
+          esl_sends_.fetch_add(1, std::memory_order_relaxed);
+        } else if (s.IsStaleIncarnation()) {
+          Fail(s.WithContext("another TC restarted the DC"));
+        } else {
+          DLOG_WARN("TC: SetEsl failed (retried): {}", s.ToString());
+        }
+      }
+      const uint64_t grown = log_->Tail() - last_checkpoint_tail_.load(std::memory_order_relaxed);
+      const auto now = std::chrono::steady_clock::now();
+      const bool by_size = options_.checkpoint_log_bytes != 0 && grown >= options_.checkpoint_log_bytes;
+      const bool by_time = options_.checkpoint_interval.count() != 0 && grown != 0 &&
+                           now - last_checkpoint_time_ >= options_.checkpoint_interval;
+      if (by_size || by_time) {
+        last_checkpoint_time_ = now;
+        Status s = Checkpoint();
+        if (!s.ok()) DLOG_WARN("TC: scheduled checkpoint failed: {}", s.ToString());
+      }
+    }
+    l.lock();
+  }
+}
+
+Status TxnManager::Close() {
+  if (closed_) return Status::OK();
+  closed_ = true;
+  {
+    std::lock_guard<std::mutex> l(bg_mu_);
+    stop_ = true;
+  }
+  bg_cv_.notify_all();
+  if (bg_.joinable()) bg_.join();
+  if (Status s = CheckHealthy(); !s.ok()) return s;
+  const uint64_t esl = DcEsl();
+  if (esl > esl_sent_.load(std::memory_order_relaxed)) {
+    if (Status s = dc_->SetEsl(esl, incarnation_); !s.ok()) return s.WithContext("close: SetEsl");
+    NoteEslSent(esl);
+  }
+  return Status::OK();
+}
+
+TxnStats TxnManager::stats() const {
+  TxnStats s;
+  s.commits = commits_.load(std::memory_order_relaxed);
+  s.read_only_commits = ro_commits_.load(std::memory_order_relaxed);
+  s.aborts = aborts_.load(std::memory_order_relaxed);
+  s.applies = applies_.load(std::memory_order_relaxed);
+  s.esl_sends = esl_sends_.load(std::memory_order_relaxed);
+  s.checkpoints = checkpoints_.load(std::memory_order_relaxed);
+  s.replayed_ops = replayed_ops_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace deuteron::tc

@@ -1,0 +1,244 @@
+// TxnManager: the transactional component (TC) over any DataComponent and a
+// write-ahead log (DESIGN.md, "Recommended shape of the TC"; design and
+// failure rules: tc/txn.md). Redo-only, write-committed, strict two-phase
+// locking:
+//  - A Transaction's writes wait in its write set; reads see them. Reads take
+//    S record locks, writes X record locks, scans an S range lock on the whole
+//    requested range (tc/lock/lock_manager.h).
+//  - Commit appends ONE log record holding every write (tc/commit_record.md),
+//    operation i gets LSN span.lsn + i, applies them to the DC with the log's
+//    ESL piggy-backed, waits until the log made the record durable, releases
+//    the locks and only then reports success. Read-only transactions log
+//    nothing; aborted ones never reach the DC.
+//  - A background thread sends the ESL to the DC when no Apply carried it
+//    (within Options::esl_interval) and checkpoints every
+//    Options::checkpoint_log_bytes of log, or Options::checkpoint_interval.
+//  - Open runs redo recovery: RestartTo(end of stable log) on the DC, replay
+//    of every commit record from the durable RSSP in batches.
+//
+// LSN conventions: the log's Esl() is an exclusive end (every record ending
+// at or below it is durable); the DC's ESL is inclusive (every LSN at or
+// below it is durable). The TC sends the DC log.Esl() - 1.
+//
+// Thread safety: TxnManager's methods may be called from any threads at once;
+// Close must not race with other calls. A Transaction is driven by one thread
+// at a time (any thread), and must be finished (Commit/Abort, or destroyed,
+// which aborts) before the TxnManager is closed or destroyed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/slice.h"
+#include "common/status.h"
+#include "protocol/data_component.h"
+#include "tc/lock/lock_manager.h"
+#include "tc/wal/log.h"
+
+namespace deuteron::tc {
+
+struct TxnOptions {
+  std::chrono::milliseconds lock_timeout{10000};
+  // Most delay between the log's ESL moving and the DC hearing of it when no
+  // Apply carries it.
+  std::chrono::milliseconds esl_interval{20};
+  // Coalesce the Apply batches of concurrent commits: one committer at a
+  // time applies (the leader), taking every batch queued meanwhile into its
+  // call, so a remote DC sees one round trip per group, not per commit.
+  // Commits in one group never share a key (each holds its X locks until
+  // after its apply), so per-key LSN order holds.
+  bool coalesce_applies = true;
+  // Whether commits piggy-back the ESL on Apply (off: only the idle path
+  // sends it; for tests and measurements).
+  bool piggyback_esl = true;
+  // Checkpoint once the log grew this many bytes past the durable RSSP
+  // (0: only on demand).
+  uint64_t checkpoint_log_bytes = 64ull << 20;
+  // ... and at least this often while the log grows (0: never by time).
+  std::chrono::milliseconds checkpoint_interval{60000};
+  // Most operations, and most key + value bytes, per Apply call, for commits
+  // and for recovery's replay (keep them within the DC's max_batch_ops and
+  // max_batch_bytes; a larger transaction is applied in several calls).
+  size_t apply_batch_ops = 4096;
+  size_t apply_batch_bytes = 16 << 20;
+  // Keys and values over these limits are refused (TooLarge) at Put, before
+  // anything reaches the log (keep them within the DC's tree limits).
+  size_t max_key_size = 1024;
+  size_t max_value_size = 64 << 10;
+  // Scans page through the DC this many items per call (within its max).
+  uint32_t scan_page = 1000;
+};
+
+struct TxnStats {
+  uint64_t commits = 0;          // write transactions committed
+  uint64_t read_only_commits = 0;
+  uint64_t aborts = 0;
+  uint64_t applies = 0;          // DC Apply calls from commits (one per group)
+  uint64_t esl_sends = 0;        // SetEsl calls from the background thread
+  uint64_t checkpoints = 0;      // RSSPs made durable
+  uint64_t replayed_ops = 0;     // at the last Open
+};
+
+class TxnManager;
+
+// A key and value from Transaction::Scan.
+struct KeyValue {
+  std::string key;
+  std::string value;
+};
+
+// Scan bounds as in protocol ScanRequest (lower inclusive by default, upper
+// exclusive by default, absent: open), plus direction and limit (0: all).
+struct ScanOptions {
+  std::optional<std::string> lower;
+  bool lower_inclusive = true;
+  std::optional<std::string> upper;
+  bool upper_inclusive = false;
+  bool reverse = false;
+  size_t limit = 0;
+};
+
+class Transaction {
+ public:
+  ~Transaction();  // aborts when still active
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+
+  TxnId id() const { return id_; }
+
+  // NotFound when absent (or deleted, by this transaction too). Deadlock or
+  // TimedOut from the lock: the transaction is then aborted (all locks
+  // released); the caller may retry with a new one. TransactionFinished after
+  // Commit/Abort.
+  Result<std::string> Get(Slice key);
+  // X-locks the key and records the write. Lock failures as Get; TooLarge
+  // over the limits (the transaction stays active).
+  Status Put(Slice key, Slice value);
+  Status Delete(Slice key);
+  // Items in the range in scan order, the DC's data merged with this
+  // transaction's writes, under an S range lock on the whole range.
+  Result<std::vector<KeyValue>> Scan(const ScanOptions& options);
+
+  // See TxnManager. On failure the transaction is finished (aborted, or in
+  // doubt when the log failed after the record was appended: tc/txn.md).
+  Status Commit();
+  // Drops the write set and releases the locks. Idempotent.
+  void Abort();
+
+  bool active() const { return active_; }
+
+ private:
+  friend class TxnManager;
+  Transaction(TxnManager* tm, TxnId id) : tm_(tm), id_(id) {}
+  Status CheckActive() const;
+  // After a lock failure: abort and return `s`.
+  Status Fail(Status s);
+
+  TxnManager* const tm_;
+  const TxnId id_;
+  bool active_ = true;
+  // key -> value, or nullopt for a delete. One op per key: the last write.
+  std::map<std::string, std::optional<std::string>, std::less<>> writes_;
+};
+
+class TxnManager {
+ public:
+  // Recovers and starts serving: RestartTo(log->Esl() - 1) on `dc`, replay
+  // of the log from its durable RSSP, then the ESL/checkpoint thread starts.
+  // `dc` and `log` must outlive the TxnManager.
+  static Result<std::unique_ptr<TxnManager>> Open(DataComponent* dc, wal::Log* log,
+                                                  TxnOptions options);
+  ~TxnManager();  // Close()
+
+  std::unique_ptr<Transaction> Begin();
+
+  // Chooses an RSSP no in-flight commit is below, has the DC acknowledge it,
+  // records it in the log (which truncates). One at a time.
+  Status Checkpoint();
+
+  // Stops the background thread and sends the final ESL. REQUIRES: no
+  // transaction active. Idempotent. Does not close the log or the DC.
+  Status Close();
+
+  // OK while serving; the error that made the TC fail (a DC apply or the log
+  // failed after a record was appended) otherwise: reopen to recover.
+  Status health() const;
+
+  uint64_t incarnation() const { return incarnation_; }
+  TxnStats stats() const;
+  LockManager& locks() { return locks_; }
+
+ private:
+  friend class Transaction;
+  TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options);
+
+  Status Recover();
+  Status CommitWrites(Transaction* txn);
+  // Applies `ops` in order, in calls within the batch limits.
+  Result<ApplyResult> ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl);
+  // A commit's apply: ApplyInBatches retrying Unavailable, coalesced with
+  // concurrent commits' when options_.coalesce_applies. Returns the status.
+  Status ApplyCommit(std::span<const RecordOp> ops);
+  Status ApplyWithRetry(std::span<const RecordOp> ops);
+  // The DC's form of the log's ESL.
+  uint64_t DcEsl() const { return log_->Esl() - 1; }
+  void NoteEslSent(uint64_t esl);
+  void Fail(Status s);
+  Status CheckHealthy() const;
+  void BackgroundLoop();
+
+  DataComponent* const dc_;
+  wal::Log* const log_;
+  const TxnOptions options_;
+  LockManager locks_;
+  uint64_t incarnation_ = 0;
+  std::atomic<TxnId> next_txn_{1};
+
+  // In-flight commits: a lower bound of each one's first LSN, registered
+  // before Append, dropped once its operations are in the DC. The RSSP never
+  // passes the smallest.
+  std::mutex inflight_mu_;
+  std::multiset<uint64_t> inflight_;  // GUARDED_BY(inflight_mu_)
+
+  // The apply group (coalesce_applies): queued commits and whether a leader
+  // is applying.
+  struct ApplyRequest {
+    std::span<const RecordOp> ops;
+    Status result;
+    bool done = false;
+  };
+  std::mutex group_mu_;
+  std::condition_variable group_cv_;
+  std::vector<ApplyRequest*> group_queue_;  // GUARDED_BY(group_mu_)
+  bool group_applying_ = false;             // GUARDED_BY(group_mu_)
+
+  std::atomic<uint64_t> esl_sent_{0};  // highest DC ESL any call carried
+  std::mutex checkpoint_mu_;           // one checkpoint at a time
+  std::atomic<uint64_t> last_checkpoint_tail_{0};  // log Tail() at the last checkpoint
+  std::chrono::steady_clock::time_point last_checkpoint_time_;  // bg thread only
+
+  mutable std::mutex fail_mu_;
+  Status failed_;                      // GUARDED_BY(fail_mu_)
+  std::atomic<bool> has_failed_{false};
+
+  std::mutex bg_mu_;
+  std::condition_variable bg_cv_;
+  bool stop_ = false;  // GUARDED_BY(bg_mu_)
+  std::thread bg_;
+  bool closed_ = false;
+
+  std::atomic<uint64_t> commits_{0}, ro_commits_{0}, aborts_{0}, applies_{0};
+  std::atomic<uint64_t> esl_sends_{0}, checkpoints_{0}, replayed_ops_{0};
+};
+
+}  // namespace deuteron::tc

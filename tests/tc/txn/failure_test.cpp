@@ -1,0 +1,160 @@
+// What a commit reports when the DC or the log fails after its record was
+// appended (tc/txn.md, "Failures"): a durable record is committed (OK) even
+// if the DC refused it, the TC then refuses reads until a reopen replays it;
+// a log failure leaves the commit in doubt, and recovery makes it wholly
+// present or wholly absent.
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "common/env.h"
+#include "common/fault_env.h"
+#include "dc/dc.h"
+#include "tc/txn_manager.h"
+#include "tc/wal/log.h"
+#include "tests/dc/dc_harness.h"
+
+namespace deuteron::test {
+namespace {
+
+// Forwards to a DataComponent; Apply fails with TooLarge while `fail_apply`.
+class FlakyDc final : public DataComponent {
+ public:
+  explicit FlakyDc(DataComponent* dc) : dc_(dc) {}
+  std::atomic<bool> fail_apply{false};
+  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t inc) override {
+    if (fail_apply.load()) return Status::TooLarge("injected apply failure");
+    return dc_->Apply(ops, esl, inc);
+  }
+  Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
+  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override {
+    return dc_->MultiGet(keys);
+  }
+  Result<ScanResult> Scan(const ScanRequest& r) override { return dc_->Scan(r); }
+  Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
+  Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
+  Result<DcReady> RestartTo(uint64_t end) override { return dc_->RestartTo(end); }
+  Result<DcStats> GetStats() override { return dc_->GetStats(); }
+  Result<DcHealth> Health() override { return dc_->Health(); }
+
+ private:
+  DataComponent* const dc_;
+};
+
+struct Store {
+  std::unique_ptr<Env> mem = NewMemEnv();
+  FaultInjectionEnv env{mem.get(), 1};      // the DC's files
+  FaultInjectionEnv log_env{mem.get(), 2};  // the log's
+  std::unique_ptr<dc::Dc> dc;
+  std::unique_ptr<wal::Log> log;
+  std::unique_ptr<FlakyDc> flaky;
+  std::unique_ptr<tc::TxnManager> tm;
+
+  void Open() {
+    auto d = dc::Dc::Open(&env, "/dc", InProcessHarness::Options(HarnessConfig{}));
+    REQUIRE(d.ok());
+    dc = std::move(d).value();
+    wal::LogOptions lo;
+    lo.segment_size = 64 << 10;
+    lo.buffer_size = 64 << 10;
+    auto l = wal::Log::Open(&log_env, "/log", lo);
+    REQUIRE(l.ok());
+    log = std::move(l).value();
+    flaky = std::make_unique<FlakyDc>(dc.get());
+    tc::TxnOptions o;
+    o.checkpoint_log_bytes = 0;
+    o.checkpoint_interval = std::chrono::milliseconds(0);
+    auto t = tc::TxnManager::Open(flaky.get(), log.get(), o);
+    INFO(t.status().ToString());
+    REQUIRE(t.ok());
+    tm = std::move(t).value();
+  }
+  // Power loss of everything, then a reopen (recovery).
+  void CrashAndReopen() {
+    REQUIRE(env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+    REQUIRE(log_env.SimulateCrash(CrashMode::kDropUnsynced).ok());
+    log_env.ClearFailures();
+    dc->TEST_SkipCloseOnDestroy();
+    Status s = tm->Close();
+    s.PermitUncheckedError();
+    tm.reset();
+    s = log->Close();
+    s.PermitUncheckedError();
+    log.reset();
+    dc.reset();
+    flaky.reset();
+    Open();
+  }
+  ~Store() {
+    if (tm != nullptr) tm->Close().PermitUncheckedError();
+  }
+};
+
+Status Put1(tc::TxnManager& tm, const std::string& k, const std::string& v) {
+  auto t = tm.Begin();
+  if (Status s = t->Put(k, v); !s.ok()) return s;
+  return t->Commit();
+}
+
+}  // namespace
+
+TEST_CASE("txn: a DC apply failure after append: committed, TC refuses reads until reopen",
+          "[tc][txn][failure]") {
+  Store st;
+  st.Open();
+  REQUIRE(Put1(*st.tm, "a", "1").ok());
+  st.flaky->fail_apply = true;
+  Status s = Put1(*st.tm, "a", "2");
+  INFO(s.ToString());
+  CHECK(s.ok());  // durable: committed
+  CHECK_FALSE(st.tm->health().ok());
+  {
+    auto t = st.tm->Begin();
+    Result<std::string> r = t->Get("a");
+    CHECK_FALSE(r.ok());
+    CHECK_FALSE(r.status().IsNotFound());
+  }
+  CHECK_FALSE(Put1(*st.tm, "b", "1").ok());
+  // No checkpoint may pass the record the DC lacks.
+  CHECK_FALSE(st.tm->Checkpoint().ok());
+  st.CrashAndReopen();
+  REQUIRE(st.tm->health().ok());
+  auto t = st.tm->Begin();
+  Result<std::string> r = t->Get("a");
+  REQUIRE(r.ok());
+  CHECK(*r == "2");
+  CHECK(t->Get("b").status().IsNotFound());
+  REQUIRE(t->Commit().ok());
+}
+
+TEST_CASE("txn: a log failure leaves the commit in doubt, recovery decides wholly",
+          "[tc][txn][failure]") {
+  Store st;
+  st.Open();
+  REQUIRE(Put1(*st.tm, "a", "1").ok());
+  st.log_env.FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+  auto t = st.tm->Begin();
+  REQUIRE(t->Put("a", "2").ok());
+  REQUIRE(t->Put("b", "2").ok());
+  Status s = t->Commit();
+  INFO(s.ToString());
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("in doubt") != std::string::npos);
+  CHECK_FALSE(st.tm->health().ok());
+  st.CrashAndReopen();
+  auto r = st.tm->Begin();
+  Result<std::string> a = r->Get("a");
+  Result<std::string> b = r->Get("b");
+  REQUIRE(a.ok());
+  if (*a == "2") {
+    CHECK((b.ok() && *b == "2"));
+  } else {
+    CHECK(*a == "1");
+    CHECK(b.status().IsNotFound());
+  }
+  REQUIRE(r->Commit().ok());
+}
+
+}  // namespace deuteron::test

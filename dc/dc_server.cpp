@@ -409,13 +409,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (RunsInline(*payload)) {
       // Posted, not run here, so that a burst of pipelined reads still lets
       // the strand's reads and writes in between them.
-      asio::post(strand_, [self = shared_from_this(), payload] {
+      asio::post(strand_, [self = shared_from_this(), payload = std::move(payload)] {
         if (self->closed_) return;  // closed since: not run
         self->OnProcessed(self->server_->Process(*payload));
       });
       return;
     }
-    asio::post(server_->workers(), [self = shared_from_this(), payload] {
+    // Moved, not copied, into the handler: the request is then owned by the
+    // thread that runs it alone, and freed there (a copy left here was
+    // released on the io thread while the worker still read the request).
+    asio::post(server_->workers(), [self = shared_from_this(), payload = std::move(payload)] {
       if (self->gone_.load(std::memory_order_relaxed)) return;  // closed while queued
       std::optional<std::string> reply = self->server_->Process(*payload);
       asio::post(self->strand_, [self, reply = std::move(reply)]() mutable {

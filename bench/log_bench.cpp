@@ -107,12 +107,14 @@ void PrintResult(const char* system, int threads, size_t size, int round, const 
 
 // ------------------------------------------------------------------ systems
 
-// The log's polling knobs, settable with --set NAME=VALUE.
+// The log's leader and polling knobs, settable with --set NAME=VALUE.
 std::vector<Setting> LogSettings() {
   const wal::LogOptions d;
-  return {{"writer_spin_us", "how long the writer polls for the next group before it sleeps", 0,
-           100000, d.writer_spin_us},
-          {"committer_spin_us", "how long a lone committer polls the ESL before it sleeps", 0,
+  return {{"writer_spin_us",
+           "how long a leader whose record is durable keeps writing filled groups before it "
+           "hands the leadership on",
+           0, 100000, d.writer_spin_us},
+          {"committer_spin_us", "how long a waiting committer polls the ESL before it sleeps", 0,
            100000, d.committer_spin_us}};
 }
 
@@ -150,10 +152,10 @@ class DeuteronSystem {
   Status Commit(const std::string& bytes) { return log_->Commit(bytes).status(); }
   void Report(int round) const {
     const wal::Log::Stats st = log_->GetStats();
-    Progress("deuteron round {}: {} records in {} groups, {} syncs, {} sleeps, {} recycled, "
-             "{} created",
-             round, st.records, st.groups, st.syncs, st.committer_sleeps, st.segments_recycled,
-             st.segments_created);
+    Progress("deuteron round {}: {} records in {} groups, {} syncs, {} sleeps, {} hand-offs, "
+             "{} recycled, {} created",
+             round, st.records, st.groups, st.syncs, st.committer_sleeps, st.leader_handoffs,
+             st.segments_recycled, st.segments_created);
   }
 
  private:

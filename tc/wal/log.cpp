@@ -2,21 +2,25 @@
 //
 // Memory orders (the invariants are numbered in log.h):
 //  - tail_: relaxed CAS. It only hands out disjoint ranges; what a committer
-//    may write into the ring is governed by released_, what the writer may
+//    may write into the ring is governed by released_, what the leader may
 //    read by the slots.
-//  - slots: a committer's copy happens-before its slot store (release, or
-//    seq_cst where it pairs with writer_sleeping_); the writer loads slots
-//    with acquire before it reads the bytes (invariant 3).
-//  - released_: the writer stores it (seq_cst) after its pwrite read the ring;
+//  - slots: a committer's copy happens-before its slot store (release); the
+//    leader loads slots with acquire before it reads the bytes (invariant 3).
+//  - released_: the leader stores it (seq_cst) after its pwrite read the ring;
 //    a committer loads it (acquire) before overwriting ring bytes of the next
 //    lap (invariant 2). seq_cst pairs the store with space_waiters_.
-//  - esl_: stored (seq_cst) only after the fdatasync returned; committers load
-//    it with acquire. The pair esl_ / sleepers_ is a Dekker handshake (both
-//    seq_cst): a committer counts itself as a sleeper, then re-reads the ESL;
-//    the writer stores the ESL, then reads the count. One of them sees the
-//    other, so no sleeper is missed.
-//  - writer_sleeping_ / slots: the same handshake between the writer going to
-//    sleep and a committer publishing a slot.
+//  - Leadership (invariant 4): leading_ changes only under mu_, so taking it
+//    and handing it on are ordered by mu_; a waiter handed leadership reads
+//    its state kLead with acquire after the old leader's release store, so
+//    the leader-only state (file_, file_segment_, file_dirty_)
+//    passes from leader to leader with a happens-before edge. Outside mu_,
+//    leading_ is only a hint (polling committers and the flusher).
+//  - esl_: stored (seq_cst) by the leader only after the fdatasync returned;
+//    committers load it with acquire. The pair esl_ / sleepers_ is a Dekker
+//    handshake (both seq_cst): a committer counts itself as a sleeper, then
+//    re-reads the ESL; the leader stores the ESL, then reads the count, so a
+//    group wakes its sleepers at once. (Even a missed one is found when the
+//    leadership ends: the hand-off always collects the covered under mu_.)
 //  - failed_: set under mu_ after fail_status_; read with acquire, and
 //    fail_status_ is then read under mu_.
 #include "tc/wal/log.h"
@@ -53,8 +57,9 @@ inline void CpuRelax() {
 
 // Sleeps while *word == expected (or until a wake or a signal: callers loop).
 // Raw futexes rather than std::atomic::wait, whose waiter pool we do not need.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, nullptr,
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
+               const struct timespec* timeout = nullptr) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, timeout,
           nullptr, 0);
 }
 void FutexWakeOne(std::atomic<uint32_t>* word) {
@@ -212,7 +217,7 @@ class Log::Impl {
     return Status::OK();
   }
 
-  void Start() { writer_ = std::thread([this] { WriterLoop(); }); }
+  void Start() { flusher_ = std::thread([this] { FlusherLoop(); }); }
 
   // ------------------------------------------------------------ committers
 
@@ -257,8 +262,7 @@ class Log::Impl {
     static constexpr char kZeros[kRecordAlign] = {};
     CopyToRing(rec + kRecordHeaderSize + payload.size(), kZeros,
                span - kRecordHeaderSize - payload.size());
-    Slot(rec).store(end, std::memory_order_seq_cst);  // invariant 3
-    if (writer_sleeping_.load(std::memory_order_seq_cst) != 0) WakeWriter();
+    Slot(rec).store(end, std::memory_order_release);  // invariant 3
     records_.fetch_add(1, std::memory_order_relaxed);
     return LogSpan{rec, end};
   }
@@ -266,11 +270,13 @@ class Log::Impl {
   Status WaitDurable(Lsn end) {
     if (esl_.load(std::memory_order_acquire) >= end) return Status::OK();
     if (failed_.load(std::memory_order_acquire)) return FailStatus();
-    // Poll first, one committer at a time and only while nobody sleeps (a
-    // light load): the ESL usually arrives within one fdatasync, and a futex
-    // wake costs tens of microseconds on a vCPU. Under load a poller would
-    // only take a core from the writer and from the committers it wakes.
-    bool poll = sleepers_.load(std::memory_order_relaxed) == 0;
+    // While a leader writes, poll first, one committer at a time and only
+    // while nobody sleeps (a light load): the ESL usually arrives within one
+    // fdatasync, and a futex wake costs tens of microseconds on a vCPU. Under
+    // load a poller would only take a core from the leader and the committers
+    // it wakes. A poller stops as soon as no leader is left, to lead itself.
+    bool poll = sleepers_.load(std::memory_order_relaxed) == 0 &&
+                leading_.load(std::memory_order_relaxed);
     if (poll &&
         spinners_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_spinning_committers) {
       spinners_.fetch_sub(1, std::memory_order_relaxed);
@@ -285,7 +291,8 @@ class Log::Impl {
           CpuRelax();
         }
         if (covered || failed_.load(std::memory_order_acquire) ||
-            sleepers_.load(std::memory_order_relaxed) > 0) {
+            sleepers_.load(std::memory_order_relaxed) > 0 ||
+            !leading_.load(std::memory_order_relaxed)) {
           break;
         }
       } while (NowMicros() < deadline);
@@ -297,21 +304,28 @@ class Log::Impl {
     w.end = end;
     {
       std::lock_guard<std::mutex> l(mu_);
-      sleepers_.fetch_add(1, std::memory_order_seq_cst);
-      if (esl_.load(std::memory_order_seq_cst) >= end) {
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
-        return Status::OK();
+      if (esl_.load(std::memory_order_acquire) >= end) return Status::OK();
+      if (failed_.load(std::memory_order_acquire)) return fail_status_;
+      if (leading_.load(std::memory_order_relaxed)) {
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        if (esl_.load(std::memory_order_seq_cst) >= end) {  // pairs with the leader's store
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+          return Status::OK();
+        }
+        waiters_.push_back(&w);
+      } else {
+        leading_.store(true, std::memory_order_relaxed);
+        w.state.store(kLead, std::memory_order_relaxed);
       }
-      if (failed_.load(std::memory_order_acquire)) {
-        sleepers_.fetch_sub(1, std::memory_order_relaxed);
-        return fail_status_;
-      }
-      waiters_.push_back(&w);
     }
-    committer_sleeps_.fetch_add(1, std::memory_order_relaxed);
-    while (w.state.load(std::memory_order_acquire) == kWaiting) FutexWait(&w.state, kWaiting);
+    if (w.state.load(std::memory_order_relaxed) != kLead) {
+      committer_sleeps_.fetch_add(1, std::memory_order_relaxed);
+      while (w.state.load(std::memory_order_acquire) == kWaiting) FutexWait(&w.state, kWaiting);
+    }
+    const uint32_t state = w.state.load(std::memory_order_acquire);
+    if (state == kLead) Lead(end);  // may start while its waker still wakes others
     { std::lock_guard<std::mutex> g(wake_mu_); }  // the waker is done with w
-    if (w.state.load(std::memory_order_relaxed) == kDurable) return Status::OK();
+    if (state == kDurable || esl_.load(std::memory_order_acquire) >= end) return Status::OK();
     return FailStatus();
   }
 
@@ -359,9 +373,22 @@ class Log::Impl {
 
   Status Close() {
     if (closed_.exchange(true)) return CloseStatus();
-    closing_.store(true, std::memory_order_seq_cst);
-    WakeWriter();
-    if (writer_.joinable()) writer_.join();
+    closing_.store(1, std::memory_order_release);
+    FutexWakeOne(&closing_);
+    if (flusher_.joinable()) flusher_.join();
+    // Write and sync everything appended (Close must not race with Append),
+    // then hold the leadership for good, so that nobody touches file_ again.
+    WaitDurable(tail_.load(std::memory_order_relaxed)).PermitUncheckedError();
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (!leading_.load(std::memory_order_relaxed)) {
+          leading_.store(true, std::memory_order_relaxed);
+          break;
+        }
+      }
+      std::this_thread::yield();
+    }
     if (file_ != nullptr) {
       Status s = file_->Close();
       file_.reset();
@@ -381,16 +408,20 @@ class Log::Impl {
     s.segments_created = segments_created_.load(std::memory_order_relaxed);
     s.segments_recycled = segments_recycled_.load(std::memory_order_relaxed);
     s.segments_deleted = segments_deleted_.load(std::memory_order_relaxed);
+    s.leader_handoffs = handoffs_.load(std::memory_order_relaxed);
+    s.flusher_leads = flusher_leads_.load(std::memory_order_relaxed);
     return s;
   }
 
   const LogOptions& options() const { return opts_; }
 
  private:
-  static constexpr uint32_t kWaiting = 0, kDurable = 1, kFailed = 2;
+  // kLead: the waiter was handed the leadership (invariant 4).
+  static constexpr uint32_t kWaiting = 0, kDurable = 1, kFailed = 2, kLead = 3;
   // A sleeping committer, on its own stack. The waker stores `state` and
   // wakes its futex while holding wake_mu_; the committer takes wake_mu_ once
-  // before it returns, so the waker never touches a Waiter that is gone.
+  // before it returns (a new leader: after leading), so the waker never
+  // touches a Waiter that is gone.
   struct Waiter {
     Lsn end = kNullLsn;
     std::atomic<uint32_t> state{kWaiting};
@@ -421,14 +452,21 @@ class Log::Impl {
     return Status::OK();
   }
 
+  // Waits until the ring has room for [.., end). With no leader, it leads
+  // itself to write the filled prefix (its own record is not filled yet).
   Status WaitForSpace(Lsn end) {
     space_waits_.fetch_add(1, std::memory_order_relaxed);
     space_waiters_.fetch_add(1, std::memory_order_seq_cst);
-    {
+    while (end - released_.load(std::memory_order_seq_cst) > ring_size_ &&
+           !failed_.load(std::memory_order_acquire)) {
+      if (TryTakeLead()) {
+        Lead(kNullLsn);
+        continue;
+      }
       std::unique_lock<std::mutex> l(space_mu_);
-      while (end - released_.load(std::memory_order_seq_cst) > ring_size_ &&
-             !failed_.load(std::memory_order_acquire)) {
-        space_cv_.wait_for(l, std::chrono::milliseconds(10));
+      if (end - released_.load(std::memory_order_seq_cst) > ring_size_ &&
+          !failed_.load(std::memory_order_acquire)) {
+        space_cv_.wait_for(l, std::chrono::milliseconds(1));
       }
     }
     space_waiters_.fetch_sub(1, std::memory_order_relaxed);
@@ -436,20 +474,29 @@ class Log::Impl {
     return Status::OK();
   }
 
-  void WakeWriter() {
-    writer_sleeping_.store(0, std::memory_order_seq_cst);
-    FutexWakeOne(&writer_sleeping_);
+  bool TryTakeLead() {
+    if (leading_.load(std::memory_order_relaxed)) return false;
+    std::lock_guard<std::mutex> l(mu_);
+    if (leading_.load(std::memory_order_relaxed)) return false;
+    leading_.store(true, std::memory_order_relaxed);
+    return true;
   }
 
-  // Wakes the sleepers the ESL `esl` covers (invariant 4). The futex wakes
-  // happen outside mu_, so committers going to sleep do not wait for them.
-  void WakeCovered(Lsn esl) {
-    std::vector<Waiter*>& covered = wake_batch_;  // the writer's own
-    covered.clear();
+  // Wakes the sleepers the ESL `esl` covers (invariant 4). With `hand_off`,
+  // the leadership also ends: passed to the uncovered sleeper with the lowest
+  // end, or given up when none sleeps. The futex wakes happen outside mu_, so
+  // committers going to sleep do not wait for them.
+  void WakeCovered(Lsn esl, bool hand_off) {
+    // A local list: once the leadership is given up, the next leader may be
+    // running before these wakes are done.
+    std::vector<Waiter*> covered;
+    Waiter* next = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
+      covered.reserve(waiters_.size());
       for (size_t i = 0; i < waiters_.size();) {
         if (waiters_[i]->end > esl) {
+          if (next == nullptr || waiters_[i]->end < next->end) next = waiters_[i];
           ++i;
           continue;
         }
@@ -457,9 +504,24 @@ class Log::Impl {
         waiters_[i] = waiters_.back();
         waiters_.pop_back();
       }
+      if (hand_off) {
+        if (next != nullptr) {
+          waiters_.erase(std::find(waiters_.begin(), waiters_.end(), next));
+          sleepers_.fetch_sub(1, std::memory_order_relaxed);
+          handoffs_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          leading_.store(false, std::memory_order_relaxed);
+        }
+      }
       sleepers_.fetch_sub(static_cast<int>(covered.size()), std::memory_order_relaxed);
     }
+    if (!hand_off) next = nullptr;
+    if (covered.empty() && next == nullptr) return;
     std::lock_guard<std::mutex> g(wake_mu_);
+    // The next leader first: it is on the path of every commit still waiting.
+    // The leader-only state goes with it (release), so this thread touches
+    // none of it after this store.
+    if (next != nullptr) Release(next, kLead);
     for (Waiter* w : covered) Release(w, kDurable);
   }
 
@@ -487,43 +549,66 @@ class Log::Impl {
 
   // ------------------------------------------------------------ the writer
 
-  void WriterLoop() {
-    Lsn written = released_.load(std::memory_order_relaxed);
-    for (;;) {
-      Lsn filled = written;
-      for (Lsn next; (next = Slot(filled).load(std::memory_order_acquire)) > filled;) filled = next;
-      if (filled == written) {
-        if (!WaitForWork(written)) return;
-        continue;
-      }
-      Status s = WriteGroup(written, filled);
-      if (!s.ok()) {
-        Fail(s);
-        return;
-      }
-      written = filled;
-    }
+  // The end of the filled prefix from `from` (invariant 3).
+  Lsn FilledFrom(Lsn from) {
+    Lsn filled = from;
+    for (Lsn next; (next = Slot(filled).load(std::memory_order_acquire)) > filled;) filled = next;
+    return filled;
   }
 
-  // Polls, then sleeps, until [written, ...) has a filled record. False when
-  // the log is closing and nothing is left to write.
-  bool WaitForWork(Lsn written) {
-    auto ready = [&] { return Slot(written).load(std::memory_order_seq_cst) > written; };
-    const uint64_t deadline = NowMicros() + opts_.writer_spin_us;
-    do {
-      if (closing_.load(std::memory_order_seq_cst)) return ready();
-      for (int i = 0; i < 64; ++i) {
-        if (ready()) return true;
-        CpuRelax();
+  // REQUIRES: the caller holds the leadership. Writes groups until the ESL
+  // reaches `end` (kNullLsn: the filled prefix as of the call), then for up to
+  // writer_spin_us more while the next group is already filled, then hands
+  // the leadership on. A record before `end` still being copied (a gap) is
+  // waited for: every reserved range is filled unless the log fails.
+  void Lead(Lsn end) {
+    if (end == kNullLsn) end = FilledFrom(released_.load(std::memory_order_relaxed));
+    uint64_t extra_deadline = 0;
+    for (uint32_t idle = 0;;) {
+      if (failed_.load(std::memory_order_acquire)) break;
+      const Lsn written = released_.load(std::memory_order_relaxed);
+      const Lsn filled = FilledFrom(written);
+      const bool covered = esl_.load(std::memory_order_relaxed) >= end;
+      if (filled > written) {
+        if (covered) {  // our own record is durable: more groups only while they are filled
+          if (extra_deadline == 0) extra_deadline = NowMicros() + opts_.writer_spin_us;
+          if (NowMicros() >= extra_deadline) break;
+        }
+        Status s = WriteGroup(written, filled);
+        if (!s.ok()) {
+          Fail(s);
+          break;
+        }
+        idle = 0;
+        continue;
       }
-    } while (NowMicros() < deadline);
-    writer_sleeping_.store(1, std::memory_order_seq_cst);
-    while (!ready() && !closing_.load(std::memory_order_seq_cst) &&
-           writer_sleeping_.load(std::memory_order_seq_cst) == 1) {
-      FutexWait(&writer_sleeping_, 1);
+      if (covered) break;
+      if (++idle < 64) {
+        CpuRelax();
+      } else {
+        std::this_thread::yield();  // the copier of the gap may need this core
+      }
     }
-    writer_sleeping_.store(0, std::memory_order_relaxed);
-    return true;
+    WakeCovered(esl_.load(std::memory_order_relaxed), /*hand_off=*/true);
+  }
+
+  // The flusher: records appended but not waited for (an Append without a
+  // WaitDurable) still reach the disk. Every flush_interval_us it writes the
+  // filled prefix when nobody led since its last look.
+  void FlusherLoop() {
+    const uint64_t ns = uint64_t{opts_.flush_interval_us} * 1000;
+    const struct timespec period = {static_cast<time_t>(ns / 1000000000),
+                                    static_cast<long>(ns % 1000000000)};
+    Lsn last = kNullLsn;
+    while (closing_.load(std::memory_order_acquire) == 0) {
+      FutexWait(&closing_, 0, &period);
+      const Lsn written = released_.load(std::memory_order_acquire);
+      if (written == last && FilledFrom(written) > written && TryTakeLead()) {
+        flusher_leads_.fetch_add(1, std::memory_order_relaxed);
+        Lead(kNullLsn);
+      }
+      last = written;
+    }
   }
 
   // One group: write [from, to) (switching segments as needed), sync, publish.
@@ -546,7 +631,7 @@ class Log::Impl {
     }
     RETURN_IF_ERROR(SyncFile());
     esl_.store(to, std::memory_order_seq_cst);  // invariant 4
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(to);
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(to, /*hand_off=*/false);
     groups_.fetch_add(1, std::memory_order_relaxed);
     bytes_written_.fetch_add(to - from, std::memory_order_relaxed);
     return Status::OK();
@@ -662,12 +747,12 @@ class Log::Impl {
   alignas(64) std::atomic<Lsn> tail_{0};
   alignas(64) std::atomic<Lsn> esl_{0};
   alignas(64) std::atomic<Lsn> released_{0};
-  alignas(64) std::atomic<uint32_t> writer_sleeping_{0};
+  alignas(64) std::atomic<bool> leading_{false};  // changed only under mu_
+  std::atomic<uint32_t> closing_{0};              // the flusher's futex word
   std::atomic<int> spinners_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<int> space_waiters_{0};
   std::atomic<bool> failed_{false};
-  std::atomic<bool> closing_{false};
   std::atomic<bool> closed_{false};
 
   std::mutex mu_;                 // lock order: mu_ before wake_mu_
@@ -678,9 +763,8 @@ class Log::Impl {
   std::mutex space_mu_;
   std::condition_variable space_cv_;
 
-  // The writer thread's own: the segment file it writes, the sleepers it wakes.
-  std::thread writer_;
-  std::vector<Waiter*> wake_batch_;
+  std::thread flusher_;
+  // The leader's own (invariant 4): the segment file it writes.
   std::unique_ptr<File> file_;
   uint64_t file_segment_ = 0;
   bool file_dirty_ = false;
@@ -695,7 +779,7 @@ class Log::Impl {
 
   std::atomic<uint64_t> records_{0}, groups_{0}, bytes_written_{0}, syncs_{0},
       committer_sleeps_{0}, space_waits_{0}, segments_created_{0}, segments_recycled_{0},
-      segments_deleted_{0};
+      segments_deleted_{0}, handoffs_{0}, flusher_leads_{0};
 };
 
 // ---------------------------------------------------------------- Log
@@ -711,6 +795,9 @@ Result<std::unique_ptr<Log>> Log::Open(Env* env, const std::string& dir,
   }
   if (!IsPowerOfTwo(options.buffer_size) || options.buffer_size < 4096) {
     return Status::InvalidArgument("log buffer_size must be a power of two >= 4096");
+  }
+  if (options.flush_interval_us == 0) {
+    return Status::InvalidArgument("log flush_interval_us must be > 0");
   }
   if (options.spare_segments < 0 || options.max_spinning_committers < 0) {
     return Status::InvalidArgument("log spare_segments and max_spinning_committers must be >= 0");

@@ -1,6 +1,8 @@
 // Log: the TC's write-ahead log. Many committers append records at once; one
-// writer thread writes and fdatasyncs whole groups, publishes the ESL (every
-// LSN below it is durable) and wakes exactly the committers it now covers.
+// writer at a time, the leader (a waiting committer that found nobody
+// writing, as RocksDB's group leader), writes and fdatasyncs whole groups,
+// publishes the ESL (every LSN below it is durable), wakes exactly the
+// committers it now covers and hands the leadership on.
 // Segments are pre-written files, recycled once the durable RSSP passes them.
 // Format: tc/wal/log_format.md. Design and failure rules: tc/wal/wal.md.
 //
@@ -9,16 +11,26 @@
 //     (its record, plus padding to the segment end when the record did not fit
 //     in the rest of the segment). No lock is held while a committer copies.
 //  2. The ring holds LSN x at ring offset x mod buffer_size. A committer
-//     copies into its range only once released_ (bytes the writer has handed
+//     copies into its range only once released_ (bytes the leader has handed
 //     to the file) is within one ring length of the range's end.
 //  3. A committer publishes a filled range by storing its end into the slot
-//     of its start (release). The writer follows slots from the end of what
-//     it has written: slot[x] > x means [x, slot[x]) is filled. Stale slots
+//     of its start (release). The leader follows slots from the end of what
+//     was written: slot[x] > x means [x, slot[x]) is filled. Stale slots
 //     from an earlier lap of the ring hold ends at or below x, never above.
-//  4. The writer writes the filled prefix as one group, syncs it, then stores
-//     the ESL and wakes exactly the sleeping committers whose record ends at
-//     or below it (outside the waiter lock). The ESL only grows and never
-//     passes a byte that is not synced.
+//  4. At most one thread leads (leading_, changed only under the waiter
+//     lock): a committer waiting for its record, one short of ring space,
+//     the background flusher or Close. Only the leader writes, syncs,
+//     switches segments or stores the ESL. It writes the filled prefix as
+//     one group, syncs it, then stores the ESL and wakes exactly the
+//     sleeping committers whose record ends at or below it (outside the
+//     waiter lock). The ESL only grows and never passes a byte that is not
+//     synced. A leader leads until the ESL covers its own record (waiting
+//     out a range still being copied before it) and writes already-filled
+//     groups for writer_spin_us more, then ends by handing the leadership
+//     to the sleeping committer with the lowest uncovered end, or, when
+//     none sleeps, by clearing leading_; both under the waiter lock, so a
+//     committer that queues behind a leader is always either covered or
+//     handed the leadership.
 //  5. After a failed write, sync or segment switch the log is failed: the
 //     ESL stops, every waiter and every later call gets that error (IOError,
 //     or NoSpace for ENOSPC); nothing is retried.
@@ -51,13 +63,19 @@ struct LogOptions {
   // from released segments). Overwriting a pre-written file syncs faster than
   // growing one (../shared/LIMITS.md).
   int spare_segments = 2;
-  // How long the writer polls for the next group before it sleeps, and how
-  // long one waiting committer polls the ESL before it sleeps (only
-  // max_spinning_committers of them poll at a time). Polling saves the
-  // futex wake-ups that a lone committer would otherwise pay twice per commit.
-  uint32_t writer_spin_us = 100;
+  // After its own record is durable, a leader keeps writing groups that are
+  // already filled for up to writer_spin_us before it hands the leadership
+  // on. 0 (RocksDB's hand-off after its own group) measured best: a longer
+  // lead delays the leader's own next commit more than it saves hand-offs. A committer that waits
+  // while another leads polls the ESL for up to committer_spin_us before it
+  // sleeps (only max_spinning_committers of them at a time, and only while
+  // nobody sleeps): polling saves the futex wake of a light load.
+  uint32_t writer_spin_us = 0;
   uint32_t committer_spin_us = 5000;
   int max_spinning_committers = 1;
+  // Records appended that nobody waits for are written by a background
+  // flusher when no leader wrote for about this long (> 0).
+  uint32_t flush_interval_us = 1000;
 };
 
 // The LSNs of one record: [lsn, end). It is durable once Esl() >= end.
@@ -83,7 +101,9 @@ class Log {
   // error once it has failed; ShuttingDown after Close.
   Result<LogSpan> Append(Slice payload);
   // Returns once Esl() >= end (OK), or with the log's error when it failed
-  // before covering `end`. REQUIRES: end was returned by Append.
+  // before covering `end`. The calling thread may do the write and
+  // fdatasync of a group itself (as its leader). REQUIRES: end was returned
+  // by Append.
   Status WaitDurable(Lsn end);
   // Append, then WaitDurable.
   Result<LogSpan> Commit(Slice payload);
@@ -114,7 +134,7 @@ class Log {
 
   struct Stats {
     uint64_t records = 0;
-    uint64_t groups = 0;         // write + fdatasync rounds of the writer
+    uint64_t groups = 0;         // write + fdatasync rounds of the leaders
     uint64_t bytes_written = 0;  // record and padding bytes
     uint64_t syncs = 0;          // fdatasyncs of segment files
     uint64_t committer_sleeps = 0;  // waits that went to sleep (the rest polled)
@@ -122,6 +142,8 @@ class Log {
     uint64_t segments_created = 0;   // new pre-written files
     uint64_t segments_recycled = 0;  // released segments kept as spares
     uint64_t segments_deleted = 0;
+    uint64_t leader_handoffs = 0;  // leaderships passed to a sleeping committer
+    uint64_t flusher_leads = 0;    // leaderships taken by the background flusher
   };
   Stats GetStats() const;
 

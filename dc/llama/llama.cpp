@@ -1606,7 +1606,9 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
 Llama::Stats Llama::GetStats() const {
   Stats s;
   const auto mt = mapping_->GetStats();
-  s.pages = mt.allocated - mt.freed;
+  // Counted since open, on top of what recovery brought back: frees of
+  // recovered pages would otherwise take it below zero.
+  s.pages = mt.recovered + mt.allocated - mt.freed;
   s.node_bytes = static_cast<uint64_t>(std::max<int64_t>(0, memory_->Total()));
   s.memory_bytes = MemoryUsage();
   s.eviction_passes = eviction_passes_.load(std::memory_order_relaxed);

@@ -179,16 +179,23 @@ void MappingTable::RebuildFreeList() {
   free_head_.store(free_head_.load(std::memory_order_relaxed) & ~kMaxPid,
                    std::memory_order_relaxed);
   // Descending, so that the lowest PID ends on top and is reused first.
+  uint64_t live = 0;
   for (PageId pid = high_water(); pid-- > 1;) {
     const uint64_t e = entries_[pid].load(std::memory_order_relaxed);
-    if (e == kFree || (e & kTagBits) == kLinkTag) PushFree(pid);
+    if (e == kFree || (e & kTagBits) == kLinkTag) {
+      PushFree(pid);
+    } else {
+      ++live;
+    }
   }
+  recovered_.store(live, std::memory_order_relaxed);
 }
 
 MappingTable::Stats MappingTable::GetStats() const {
   // relaxed (all): statistics.
   return Stats{allocated_.load(std::memory_order_relaxed), freed_.load(std::memory_order_relaxed),
-               reused_.load(std::memory_order_relaxed), high_water()};
+               reused_.load(std::memory_order_relaxed), high_water(),
+               recovered_.load(std::memory_order_relaxed)};
 }
 
 uint64_t MappingTable::pending_frees() const {

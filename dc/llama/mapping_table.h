@@ -120,10 +120,20 @@ class MappingTable {
   void RecoverySet(PageId pid, uint64_t entry);
   void RecoverySetHighWater(PageId high_water);
   // RECOVERY: put every free entry below the high-water mark on the free stack
-  // so that the lowest PIDs are reused first.
+  // so that the lowest PIDs are reused first, and count the others as the
+  // pages recovery brought back (Stats::recovered).
   void RebuildFreeList();
 
-  struct Stats { uint64_t allocated; uint64_t freed; uint64_t reused; uint64_t high_water; };
+  // allocated and freed count since open; recovered is the pages allocated
+  // when the table was recovered, so recovered + allocated - freed is the
+  // pages allocated now.
+  struct Stats {
+    uint64_t allocated;
+    uint64_t freed;
+    uint64_t reused;
+    uint64_t high_water;
+    uint64_t recovered;
+  };
   Stats GetStats() const;
 
   // Frees whose deferred push has not run yet (approximate while threads run).
@@ -152,7 +162,7 @@ class MappingTable {
   std::atomic<uint64_t>* entries_;          // mmap'ed, capacity_ entries
   std::atomic<uint64_t> high_water_{1};     // PID 0 is never used
   std::atomic<uint64_t> free_head_{0};      // (tag << 40) | pid, pid 0 = empty
-  std::atomic<uint64_t> allocated_{0}, freed_{0}, reused_{0};
+  std::atomic<uint64_t> allocated_{0}, freed_{0}, reused_{0}, recovered_{0};
   std::atomic<uint64_t> pending_pushes_{0};  // Free calls whose push has not run
   int reserve_errno_ = 0;                    // mmap's errno when capacity_ == 0
   void (*pop_hook_)(void*) = nullptr;        // TEST_SetPopHook

@@ -155,3 +155,88 @@ service DataComponentService {
   DcStats stats() throws (1: DeuteronError error),
   DcHealth health() throws (1: DeuteronError error),
 }
+
+// ---- The transactional component service (tc/server/tc_service.h) ----
+// What clients call (tc/client/client.h is the C++ client). A transaction
+// lives on the connection that began it: its id is unique in the server, but
+// only that connection may use it, and when the connection closes (or is
+// closed for idleness) its open transactions are aborted and their locks
+// released. Errors (protocol/protocol.md, "The TC service"): DEADLOCK and
+// TIMED_OUT from a lock (the transaction is then aborted; begin a new one),
+// UNKNOWN_TRANSACTION for an id this connection does not hold,
+// TRANSACTION_FINISHED for one it committed or aborted, INVALID_ARGUMENT,
+// TOO_LARGE (a key or value over the TC's limits, or a list over the
+// server's), BUSY (too many open transactions on this connection),
+// UNAVAILABLE (the DC is unreachable: retry), SHUTTING_DOWN.
+// `begin` and `delete` are reserved words in Thrift: the calls are named
+// beginTransaction and remove.
+
+struct TcReadResult {
+  1: bool found,
+  2: binary value,
+}
+
+struct KeyValue {
+  1: binary key,
+  2: binary value,
+}
+
+// One page of a transaction's scan. When `more`, the next page is the same
+// request with its bound moved past `resume_key` (exclusive): lower for a
+// forward scan, upper for a reverse one.
+struct TcScanPage {
+  1: list<KeyValue> items,
+  2: bool more,
+  3: binary resume_key,
+}
+
+enum TcOpKind {
+  GET = 1,
+  PUT = 2,
+  REMOVE = 3,
+  SCAN = 4,
+}
+
+// One operation of `execute`; `scan` (a page, its limit capped by the
+// server) only for SCAN, `value` only for PUT.
+struct TcOp {
+  1: TcOpKind kind,
+  2: binary key,
+  3: binary value,
+  4: ScanRequest scan,
+}
+
+struct TcOpResult {
+  // GET: whether the key was there, and its value.
+  1: bool found,
+  2: binary value,
+  // SCAN: one page.
+  3: TcScanPage page,
+}
+
+struct ExecuteRequest {
+  1: list<TcOp> ops,
+}
+
+// Results in operation order. The transaction committed.
+struct ExecuteResult {
+  1: list<TcOpResult> results,
+}
+
+service TransactionService {
+  // Returns the new transaction's id (nonzero).
+  i64 beginTransaction() throws (1: DeuteronError error),
+  TcReadResult get(1: i64 txn, 2: binary key) throws (1: DeuteronError error),
+  void put(1: i64 txn, 2: binary key, 3: binary value) throws (1: DeuteronError error),
+  void remove(1: i64 txn, 2: binary key) throws (1: DeuteronError error),
+  // One page: request.limit items at most (0 or over the server's page
+  // limit: the server's page limit).
+  TcScanPage scan(1: i64 txn, 2: ScanRequest request) throws (1: DeuteronError error),
+  void commit(1: i64 txn) throws (1: DeuteronError error),
+  // Idempotent on a transaction this connection finished.
+  void abort(1: i64 txn) throws (1: DeuteronError error),
+  // The operations, in order, as one transaction that commits at the end.
+  // The first failure aborts it and is thrown, its message naming the
+  // operation's index; nothing of it is committed.
+  ExecuteResult execute(1: ExecuteRequest request) throws (1: DeuteronError error),
+}

@@ -1,0 +1,225 @@
+#include "tc/server/tc_service.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "protocol/convert.h"
+#include "protocol/errors.h"
+#include "tc/scan_page.h"
+
+namespace deuteron::tc {
+namespace {
+
+namespace proto = ::deuteron::protocol;
+
+[[noreturn]] void Throw(const Status& s) { throw proto::ToDeuteronError(s); }
+
+void Check(const Status& s) {
+  if (!s.ok()) Throw(s);
+}
+
+// Enum fields are read through their bytes (see RawEnum in
+// protocol/convert.cpp): a value off the enumeration is no valid enum.
+int32_t RawKind(const proto::TcOpKind::type& k) {
+  int32_t v;
+  std::memcpy(&v, &k, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+TcService::TcService(TxnManager* tm, TcServiceOptions options) : tm_(tm), options_(options) {}
+
+std::shared_ptr<TcSession> TcService::OpenSession() {
+  return std::shared_ptr<TcSession>(new TcSession(this));
+}
+
+TcSession::~TcSession() { Close(); }
+
+void TcSession::Close() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (closed_) return;
+  closed_ = true;
+  service_->open_.fetch_sub(open_.size());
+  open_.clear();  // each Transaction aborts as it is destroyed
+}
+
+size_t TcSession::open_transactions() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return open_.size();
+}
+
+void TcSession::CheckServing() const {
+  if (closed_) Throw(Status::Unavailable("the session is closed"));
+  if (service_->shutting_down_.load()) Throw(Status::ShuttingDown("the TC server is shutting down"));
+  if (Status h = service_->tm_->health(); !h.ok()) {
+    Throw(Status::Unavailable(fmt::format("the TC has failed: {}", h.ToString())));
+  }
+}
+
+Transaction& TcSession::Find(int64_t id) {
+  auto it = open_.find(id);
+  if (it != open_.end()) return *it->second;
+  if (finished_.count(id) != 0) {
+    Throw(Status::TransactionFinished(fmt::format("transaction {} is finished", id)));
+  }
+  Throw(Status::UnknownTransaction(fmt::format("no transaction {} on this connection", id)));
+}
+
+void TcSession::Finish(int64_t id) {
+  auto it = open_.find(id);
+  if (it == open_.end()) return;
+  open_.erase(it);  // aborts when still active
+  service_->open_.fetch_sub(1);
+  if (service_->options_.remember_finished == 0) return;
+  finished_.insert(id);
+  finished_order_.push_back(id);
+  while (finished_order_.size() > service_->options_.remember_finished) {
+    finished_.erase(finished_order_.front());
+    finished_order_.pop_front();
+  }
+}
+
+int64_t TcSession::beginTransaction() {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  if (open_.size() >= service_->options_.max_open_transactions) {
+    Throw(Status::Busy(fmt::format("{} transactions open on this connection, the limit",
+                                   open_.size())));
+  }
+  std::unique_ptr<Transaction> txn = service_->tm_->Begin();
+  const auto id = static_cast<int64_t>(txn->id());
+  open_.emplace(id, std::move(txn));
+  service_->open_.fetch_add(1);
+  return id;
+}
+
+void TcSession::get(proto::TcReadResult& out, int64_t txn, const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  Result<std::string> r = Find(txn).Get(Slice(key));
+  out = proto::TcReadResult();
+  if (r.ok()) {
+    out.__set_found(true);
+    out.__set_value(std::move(r).value());
+  } else if (!r.status().IsNotFound()) {
+    Throw(r.status());
+  }
+}
+
+void TcSession::put(int64_t txn, const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  Check(Find(txn).Put(Slice(key), Slice(value)));
+}
+
+void TcSession::remove(int64_t txn, const std::string& key) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  Check(Find(txn).Delete(Slice(key)));
+}
+
+void TcSession::Scan(Transaction& txn, const proto::ScanRequest& request, proto::TcScanPage* out) {
+  Result<ScanRequest> r = proto::FromWireScan(request);
+  Check(r.status());
+  ScanOptions o;
+  o.lower = r->lower;
+  o.lower_inclusive = r->lower_inclusive;
+  o.upper = r->upper;
+  o.upper_inclusive = r->upper_inclusive;
+  o.reverse = r->reverse;
+  const uint32_t max_page = service_->options_.max_scan_page;
+  const size_t page_size = r->limit == 0 ? max_page : std::min(r->limit, max_page);
+  Result<ScanPageResult> page = ScanPage(txn, o, page_size);
+  Check(page.status());
+  *out = proto::TcScanPage();
+  out->items.reserve(page->items.size());
+  for (KeyValue& kv : page->items) {
+    proto::KeyValue w;
+    w.__set_key(std::move(kv.key));
+    w.__set_value(std::move(kv.value));
+    out->items.push_back(std::move(w));
+  }
+  out->__isset.items = true;
+  out->__set_more(page->more);
+  if (page->more) out->__set_resume_key(std::move(page->resume_key));
+}
+
+void TcSession::scan(proto::TcScanPage& out, int64_t txn, const proto::ScanRequest& request) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  Scan(Find(txn), request, &out);
+}
+
+void TcSession::commit(int64_t txn) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  Transaction& t = Find(txn);
+  Status s = t.Commit();
+  Finish(txn);
+  Check(s);
+}
+
+void TcSession::abort(int64_t txn) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  if (finished_.count(txn) != 0) return;  // idempotent
+  Find(txn).Abort();
+  Finish(txn);
+}
+
+void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& request) {
+  std::lock_guard<std::mutex> l(mu_);
+  CheckServing();
+  if (request.ops.size() > service_->options_.max_execute_ops) {
+    Throw(Status::TooLarge(fmt::format("{} operations in one execute, over the limit of {}",
+                                       request.ops.size(), service_->options_.max_execute_ops)));
+  }
+  std::unique_ptr<Transaction> txn = service_->tm_->Begin();  // aborts unless committed
+  out = proto::ExecuteResult();
+  out.results.reserve(request.ops.size());
+  out.__isset.results = true;
+  auto fail = [](size_t i, const Status& s) {
+    Throw(Status(s.code(), fmt::format("operation {}: {}", i, s.message())));
+  };
+  for (size_t i = 0; i < request.ops.size(); ++i) {
+    const proto::TcOp& op = request.ops[i];
+    proto::TcOpResult result;
+    switch (RawKind(op.kind)) {
+      case proto::TcOpKind::GET: {
+        Result<std::string> r = txn->Get(Slice(op.key));
+        if (r.ok()) {
+          result.__set_found(true);
+          result.__set_value(std::move(r).value());
+        } else if (!r.status().IsNotFound()) {
+          fail(i, r.status());
+        }
+        break;
+      }
+      case proto::TcOpKind::PUT:
+        if (Status s = txn->Put(Slice(op.key), Slice(op.value)); !s.ok()) fail(i, s);
+        break;
+      case proto::TcOpKind::REMOVE:
+        if (Status s = txn->Delete(Slice(op.key)); !s.ok()) fail(i, s);
+        break;
+      case proto::TcOpKind::SCAN:
+        try {
+          Scan(*txn, op.scan, &result.page);
+          result.__isset.page = true;
+        } catch (const proto::DeuteronError& e) {
+          fail(i, proto::FromDeuteronError(e));
+        }
+        break;
+      default:
+        fail(i, Status::InvalidArgument(fmt::format("unknown operation kind {}", RawKind(op.kind))));
+    }
+    out.results.push_back(std::move(result));
+  }
+  if (Status s = txn->Commit(); !s.ok()) Throw(s.WithContext("commit"));
+}
+
+}  // namespace deuteron::tc

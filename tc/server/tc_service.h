@@ -1,0 +1,118 @@
+// TcService: the TransactionService protocol (protocol/deuteron.thrift,
+// protocol/protocol.md "The TC service") mapped onto a TxnManager,
+// independent of any transport. A server opens one TcSession per client
+// connection and feeds it that connection's calls (through the generated
+// TransactionServiceProcessor); the session is the connection's table of
+// open transactions.
+//
+//  - Transaction ids are the TxnManager's, so unique in the server; a
+//    session answers only for its own: another id is UNKNOWN_TRANSACTION,
+//    one it committed or aborted recently (the last `remember_finished`)
+//    TRANSACTION_FINISHED.
+//  - At most max_open_transactions open per session; one more begin is BUSY.
+//  - A lock failure (DEADLOCK, TIMED_OUT) aborts the transaction, as in
+//    Transaction; it stays in the table as finished until commit or abort
+//    removes it (both then answer as Transaction does).
+//  - Close (the connection's close hook) aborts every open transaction,
+//    releasing its locks; later calls get UNAVAILABLE.
+//  - TcService::Shutdown makes every later call of every session answer
+//    SHUTTING_DOWN (open transactions are aborted as their sessions close).
+// Errors leave the handler methods as protocol::DeuteronError, which the
+// generated processor writes as the call's typed error.
+//
+// Thread safety: TcService is thread-safe. A TcSession's calls and Close
+// may come from any threads; they are serialized (a session mutex), so Close
+// waits for a call in progress (at most a lock wait) to return. Every
+// session must be closed or destroyed before the TxnManager is closed.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "TransactionService.h"
+#include "common/status.h"
+#include "tc/txn_manager.h"
+
+namespace deuteron::tc {
+
+struct TcServiceOptions {
+  size_t max_open_transactions = 64;  // per session; REQUIRES: >= 1
+  // Most items in one scan page (a larger or zero request limit gets this).
+  uint32_t max_scan_page = 1000;      // REQUIRES: >= 1
+  // Most operations in one execute call.
+  size_t max_execute_ops = 10000;
+  // Finished transaction ids a session remembers, to answer
+  // TRANSACTION_FINISHED rather than UNKNOWN_TRANSACTION.
+  size_t remember_finished = 256;
+};
+
+class TcSession;
+
+class TcService {
+ public:
+  // REQUIRES: tm outlives the service and every session.
+  TcService(TxnManager* tm, TcServiceOptions options);
+
+  std::shared_ptr<TcSession> OpenSession();
+
+  void Shutdown() { shutting_down_.store(true); }
+
+  // Transactions open in all sessions now (for tests and stats).
+  size_t open_transactions() const { return open_.load(); }
+  const TcServiceOptions& options() const { return options_; }
+
+ private:
+  friend class TcSession;
+  TxnManager* const tm_;
+  const TcServiceOptions options_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<size_t> open_{0};
+};
+
+class TcSession final : public protocol::TransactionServiceIf {
+ public:
+  ~TcSession() override;  // Close()
+  TcSession(const TcSession&) = delete;
+  TcSession& operator=(const TcSession&) = delete;
+
+  // Aborts every open transaction. Idempotent.
+  void Close();
+  size_t open_transactions() const;
+
+  int64_t beginTransaction() override;
+  void get(protocol::TcReadResult& out, int64_t txn, const std::string& key) override;
+  void put(int64_t txn, const std::string& key, const std::string& value) override;
+  void remove(int64_t txn, const std::string& key) override;
+  void scan(protocol::TcScanPage& out, int64_t txn, const protocol::ScanRequest& request) override;
+  void commit(int64_t txn) override;
+  void abort(int64_t txn) override;
+  void execute(protocol::ExecuteResult& out, const protocol::ExecuteRequest& request) override;
+
+ private:
+  friend class TcService;
+  explicit TcSession(TcService* service) : service_(service) {}
+
+  // Throws unless the session may serve a call. REQUIRES: mu_ held.
+  void CheckServing() const;
+  // The open transaction `id`; throws the typed error otherwise.
+  Transaction& Find(int64_t id);
+  // Drops `id` from the table (aborting it when still active) and
+  // remembers it as finished.
+  void Finish(int64_t id);
+  void Scan(Transaction& txn, const protocol::ScanRequest& request, protocol::TcScanPage* out);
+
+  TcService* const service_;
+  mutable std::mutex mu_;
+  bool closed_ = false;  // GUARDED_BY(mu_)
+  std::unordered_map<int64_t, std::unique_ptr<Transaction>> open_;  // GUARDED_BY(mu_)
+  std::deque<int64_t> finished_order_;                              // GUARDED_BY(mu_)
+  std::unordered_set<int64_t> finished_;                            // GUARDED_BY(mu_)
+};
+
+}  // namespace deuteron::tc

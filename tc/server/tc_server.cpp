@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 #include <thrift/TConfiguration.h>
+#include <thrift/TOutput.h>
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/server/TThreadedServer.h>
 #include <thrift/transport/TBufferTransports.h>
@@ -49,13 +50,41 @@ class ListenedSocket final : public TServerTransport {
   std::shared_ptr<TServerSocket> inner_;
 };
 
+// A framed transport that refuses a message running past the end of its
+// frame: the stock one would wait for the next frame to finish it, so a
+// frame whose message is cut short would hold its connection until the idle
+// timeout. A message reads its frame on its first slow read; a second slow
+// read before the message's readEnd means the frame ran out.
+class MessageBoundTransport final : public thrift::transport::TFramedTransport {
+ public:
+  MessageBoundTransport(std::shared_ptr<TTransport> trans, std::shared_ptr<thrift::TConfiguration> config)
+      : TFramedTransport(std::move(trans), std::move(config)) {}
+
+  uint32_t readSlow(uint8_t* buf, uint32_t len) override {
+    if (in_message_) {
+      throw TTransportException(TTransportException::CORRUPTED_DATA,
+                                "a message runs past the end of its frame");
+    }
+    in_message_ = true;
+    return TFramedTransport::readSlow(buf, len);
+  }
+
+  uint32_t readEnd() override {
+    in_message_ = false;
+    return TFramedTransport::readEnd();
+  }
+
+ private:
+  bool in_message_ = false;
+};
+
 // Frames each connection with the server's frame limit (the stock factory
 // takes the socket's default configuration).
 class FramedFactory final : public thrift::transport::TTransportFactory {
  public:
   explicit FramedFactory(std::shared_ptr<thrift::TConfiguration> config) : config_(std::move(config)) {}
   std::shared_ptr<TTransport> getTransport(std::shared_ptr<TTransport> trans) override {
-    return std::make_shared<thrift::transport::TFramedTransport>(std::move(trans), config_);
+    return std::make_shared<MessageBoundTransport>(std::move(trans), config_);
   }
 
  private:
@@ -109,6 +138,10 @@ class SessionFactory final : public proto::TransactionServiceIfFactory {
   mutable std::mutex mu_;
   std::unordered_map<proto::TransactionServiceIf*, std::shared_ptr<TcSession>> sessions_;
 };
+
+// Thrift's own diagnostics (a connection dropped for bad input, say) go to
+// our log instead of stderr.
+void ThriftOutput(const char* msg) { DLOG_INFO("TC server: thrift: {}", msg); }
 
 }  // namespace
 
@@ -169,6 +202,7 @@ Status TcServer::Impl::Start() {
     return Status::IOError(msg);
   }
   port_.store(static_cast<uint16_t>(socket->getPort()));
+  thrift::GlobalOutput.setOutputFunction(&ThriftOutput);
 
   auto transport = std::make_shared<ListenedSocket>(socket);
   auto processor = std::make_shared<proto::TransactionServiceProcessorFactory>(sessions_);

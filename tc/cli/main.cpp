@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tc/cli/dc_command.h"
+#include "tc/cli/tc_command.h"
 
 namespace {
 
@@ -21,7 +22,9 @@ constexpr const char* kUsage =
     "  --version   print the version and exit\n"
     "\n"
     "commands:\n"
-    "  dc          run a data component server (deuteron dc --help)\n";
+    "  dc          run a data component server (deuteron dc --help)\n"
+    "  serve       run the TC and DC in one process, serving clients (deuteron serve --help)\n"
+    "  tc          run a TC server over a `deuteron dc` server (deuteron tc --help)\n";
 
 }  // namespace
 
@@ -40,6 +43,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (arg == "dc") return deuteron::cli::RunDcCommand(argc - 1, argv + 1);
+  if (arg == "serve") return deuteron::cli::RunServeCommand(argc - 1, argv + 1);
+  if (arg == "tc") return deuteron::cli::RunTcCommand(argc - 1, argv + 1);
   std::fprintf(stderr, "deuteron: unknown command or option '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

@@ -29,6 +29,7 @@ std::string_view CodeName(Code code) {
     case Code::kInternal: return "Internal";
     case Code::kAlreadyExists: return "AlreadyExists";
     case Code::kStaleIncarnation: return "StaleIncarnation";
+    case Code::kUnauthenticated: return "Unauthenticated";
     case Code::kMaxCode: break;
   }
   return "UnknownCode";

@@ -47,7 +47,8 @@ enum class Code : uint8_t {
   kInternal = 17,         // an invariant failed; a bug, reported not crashed
   kAlreadyExists = 18,    // an insert found the key present
   kStaleIncarnation = 19, // a call from a TC incarnation a later restart-to fenced off
-  kMaxCode = 20,
+  kUnauthenticated = 20,  // a server that requires a shared secret got none or a wrong one
+  kMaxCode = 21,
 };
 
 // Stable name of a code ("NotFound"), for messages and stats.
@@ -84,6 +85,7 @@ class [[nodiscard]] Status {
   static Status Internal(std::string_view msg) { return {Code::kInternal, msg}; }
   static Status AlreadyExists(std::string_view msg) { return {Code::kAlreadyExists, msg}; }
   static Status StaleIncarnation(std::string_view msg) { return {Code::kStaleIncarnation, msg}; }
+  static Status Unauthenticated(std::string_view msg) { return {Code::kUnauthenticated, msg}; }
 
   // An I/O failure from errno `err` while doing `context` (a path, an
   // operation). ENOSPC and EDQUOT become kNoSpace, everything else kIOError.

@@ -30,6 +30,9 @@ enum ErrorCode {
   // The call carries a TC incarnation older than the DC's: a later restartTo
   // fenced it off (see DcReady.incarnation).
   STALE_INCARNATION = 19,
+  // A server that requires a shared secret got a call before a successful
+  // authenticate, or a wrong token (protocol/protocol.md, "Authentication").
+  UNAUTHENTICATED = 20,
 }
 
 // Every service call that can fail throws this; `code` says why.
@@ -154,6 +157,11 @@ service DataComponentService {
   DcReady restartTo(1: i64 stable_end) throws (1: DeuteronError error),
   DcStats stats() throws (1: DeuteronError error),
   DcHealth health() throws (1: DeuteronError error),
+  // Presents the shared secret; answered by the server layer itself, and
+  // required first on a connection when the server has a secret
+  // (protocol/protocol.md, "Authentication"). Every served service ends
+  // with this method.
+  void authenticate(1: binary token) throws (1: DeuteronError error),
 }
 
 // ---- The transactional component service (tc/server/tc_service.h) ----

@@ -211,7 +211,15 @@ Result<std::unique_ptr<RemoteDataComponent::Connection>> RemoteDataComponent::Ac
   try {
     auto conn = std::make_unique<Connection>(options_);
     conn->Open();
-    return conn;
+    if (options_.secret.empty()) return conn;
+    Status auth = Authenticate(*conn);
+    if (auth.ok()) return conn;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      --open_;
+    }
+    released_.notify_one();
+    return auth;
   } catch (const std::exception& e) {  // TTransportException: refused, timed out
     error = e.what();
   } catch (...) {
@@ -224,6 +232,25 @@ Result<std::unique_ptr<RemoteDataComponent::Connection>> RemoteDataComponent::Ac
   released_.notify_one();
   return Status::Unavailable(
       fmt::format("cannot connect to DC at {}:{}: {}", options_.host, options_.port, error));
+}
+
+Status RemoteDataComponent::Authenticate(Connection& conn) {
+  try {
+    conn.BeginRequest();
+    conn.client().send_authenticate(options_.secret);
+    conn.SendRequest();
+    conn.ReceiveReply(options_.max_frame_size);
+    conn.client().recv_authenticate();
+    return Status::OK();
+  } catch (const DeuteronError& e) {
+    return FromDeuteronError(e);
+  } catch (const TApplicationException& e) {
+    return FromApplicationException(e, "authenticate");
+  } catch (const TTransportException& e) {
+    return FromTransportException(e, "authenticate");
+  } catch (const std::exception& e) {
+    return Status::IOError(fmt::format("authenticate: {}", e.what()));
+  }
 }
 
 void RemoteDataComponent::Release(std::unique_ptr<Connection> conn, bool broken) {

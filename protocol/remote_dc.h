@@ -8,6 +8,7 @@
 //  - server unreachable, connection refused, closed or reset: Unavailable;
 //  - a send or receive past its timeout: TimedOut;
 //  - a request frame over max_frame_size: TooLarge (nothing is sent);
+//  - the server refused the shared secret (or wanted one): Unauthenticated;
 //  - a reply the client cannot decode, or over max_frame_size: IOError;
 //  - the server rejected the request's bytes (TApplicationException):
 //    InvalidArgument (protocol error), NotSupported (unknown method),
@@ -44,6 +45,10 @@ struct RemoteOptions {
   int recv_timeout_ms = 60000;
   size_t max_connections = 8;            // REQUIRES: >= 1
   uint32_t max_frame_size = 64u << 20;   // payload bytes, both directions
+  // The server's shared secret; empty: none. When set, every connection
+  // presents it with `authenticate` right after connecting
+  // (protocol/protocol.md, "Authentication"); a refusal is Unauthenticated.
+  std::string secret;
 };
 
 class RemoteDataComponent final : public DataComponent {
@@ -78,6 +83,8 @@ class RemoteDataComponent final : public DataComponent {
   // Takes an idle connection, or opens one when fewer than max_connections
   // are open, or waits for one to be released.
   Result<std::unique_ptr<Connection>> Acquire();
+  // Presents options_.secret on a fresh connection. Throws nothing.
+  Status Authenticate(Connection& conn);
   // `broken`: the connection is closed and forgotten instead of kept.
   void Release(std::unique_ptr<Connection> conn, bool broken);
 

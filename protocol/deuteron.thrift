@@ -247,4 +247,7 @@ service TransactionService {
   // The first failure aborts it and is thrown, its message naming the
   // operation's index; nothing of it is committed.
   ExecuteResult execute(1: ExecuteRequest request) throws (1: DeuteronError error),
+  // Presents the shared secret; answered by the server layer itself
+  // (protocol/protocol.md, "Authentication"). Last, as in every served service.
+  void authenticate(1: binary token) throws (1: DeuteronError error),
 }

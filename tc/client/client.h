@@ -20,7 +20,8 @@
 // or Abort, or after a lock failure aborted it), TooLarge (a key or value
 // over the TC's limits), InvalidArgument, Busy (too many transactions open
 // on one remote connection), Unavailable (the server cannot be reached or
-// the connection broke), ShuttingDown.
+// the connection broke), ShuttingDown, Unauthenticated (a missing or wrong
+// shared secret).
 //
 // This header and common/status.h are the whole public surface: no Thrift,
 // Asio or storage-engine types.
@@ -68,6 +69,10 @@ struct RemoteOptions {
   size_t max_idle_connections = 16;
   // Items per scan page asked of the server (it may cap it lower).
   uint32_t scan_page = 1000;
+  // The server's shared secret (required by a server listening off
+  // loopback); empty: none. Presented on every new connection; a refusal is
+  // Unauthenticated.
+  std::string secret;
 };
 
 // A key range (lower inclusive, upper exclusive by default; absent: open),

@@ -250,6 +250,10 @@ class RemoteClient final : public ClientBackend {
     } catch (const TTransportException& e) {
       return Status::Unavailable(fmt::format("connect to {}:{}: {}", host_, port_, e.what()));
     }
+    if (!options_.secret.empty()) {
+      RETURN_IF_ERROR(
+          conn->Call("authenticate", [&](auto& c) { c.authenticate(options_.secret); }));
+    }
     return conn;
   }
 

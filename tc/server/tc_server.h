@@ -1,48 +1,46 @@
 // TcServer: serves a TxnManager over TCP with the TransactionService
 // protocol (protocol/deuteron.thrift; protocol/protocol.md, "The TC
-// service"), framed binary Thrift as the DC server speaks it. The client is
-// tc/client/client.h (Client::Connect).
+// service"). The client is tc/client/client.h (Client::Connect).
 //
-// Each connection gets a TcSession (tc_service.h), its table of open
-// transactions. When the connection closes (the peer closed it, a transport
-// error, idle_timeout, server Stop) the session closes: its open
-// transactions are aborted and their locks released.
+// A Service over the server layer (protocol/server/framed_server.h), which
+// owns the sockets, framing, limits, request memory, backpressure,
+// admission, deadlines and the shared secret, as for the DC server. This
+// file adds the per-connection transaction tables: the layer's open hook
+// gives each connection a TcSession (tc_service.h), every call is routed to
+// its connection's session (server::CallContext), and the close hook (a
+// worker, once no call of the connection runs) closes the session, aborting
+// its open transactions and releasing their locks. So a connection that the
+// peer closes, that breaks a framing rule, that idles past idle_timeout or
+// that is evicted for a new one loses exactly its own transactions.
 //
-// Shape (interim; issue 38's shared server layer replaces it): Thrift's
-// thread-per-connection TThreadedServer. A connection's calls run one at a
-// time on its thread, in order. Limits: frames over max_frame_size and
-// requests whose strings or lists pass string_limit or container_limit
-// (or that do not decode) close that connection only; an unknown method
-// gets a TApplicationException reply; at most max_connections are served
-// at once (further clients wait in the listen backlog); a connection whose
-// peer sends nothing for idle_timeout while no call of it runs is closed.
-// Bad input never ends the process.
+// Every TC call may wait (a lock, a commit's log force), so every call runs
+// on the worker threads, none inline on an io loop. A call waiting for a
+// lock holds its worker until the lock comes or the lock timeout passes:
+// worker_threads bounds the calls in progress at once, and must exceed the
+// lock waits expected at once, or the transactions holding the locks wait
+// for a worker (until the lock timeout frees them). The default is 64.
 //
 // Thread safety: Start, Stop and the accessors may be called from any
 // thread; Stop is idempotent and is called by the destructor.
 #pragma once
 
-#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
 
 #include "common/status.h"
+#include "protocol/server/framed_server.h"
 #include "tc/server/tc_service.h"
 #include "tc/txn_manager.h"
 
 namespace deuteron::tc {
 
-struct TcServerOptions {
-  std::string host = "127.0.0.1";  // an address (or a name that resolves)
-  uint16_t port = 0;               // 0: an ephemeral port; see TcServer::port()
-  uint32_t max_frame_size = 64u << 20;  // payload bytes; REQUIRES: >= 64
-  int32_t string_limit = 16 << 20;      // most bytes in one Thrift string
-  int32_t container_limit = 1 << 20;    // most elements in one Thrift list
-  size_t max_connections = 256;
-  // A connection that sends nothing for this long between calls is closed
-  // (and its transactions aborted). Zero: never.
-  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+// The layer's options (limits, deadlines, secret) plus the TC service's.
+struct TcServerOptions : server::ServerOptions {
+  TcServerOptions() {
+    worker_threads = 64;
+    name = "TC server";
+  }
   TcServiceOptions service;
 };
 
@@ -54,25 +52,25 @@ class TcServer {
   TcServer(const TcServer&) = delete;
   TcServer& operator=(const TcServer&) = delete;
 
-  // Binds, listens and starts serving. Busy when the address is in use,
-  // InvalidArgument on bad options, IOError on other socket failures.
-  // REQUIRES: called at most once.
+  // See server::FramedServer::Start. REQUIRES: called at most once.
   Status Start();
 
-  // Stops accepting, answers SHUTTING_DOWN to calls that still arrive,
-  // closes every connection (aborting its transactions) and joins every
-  // thread. Afterwards no transaction of this server is open.
+  // Makes calls still arriving answer SHUTTING_DOWN, stops accepting,
+  // closes every connection (aborting its transactions), waits for calls in
+  // progress and joins every thread. Afterwards no transaction of this
+  // server is open.
   void Stop();
 
   uint16_t port() const;
-  // Connections open now, and transactions open in them.
   size_t connections() const;
+  // Transactions open in all connections now.
   size_t open_transactions() const;
-
-  class Impl;
+  server::ServerStats stats() const;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  class Service;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<server::FramedServer> server_;
 };
 
 }  // namespace deuteron::tc

@@ -222,4 +222,8 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
   if (Status s = txn->Commit(); !s.ok()) Throw(s.WithContext("commit"));
 }
 
+void TcSession::authenticate(const std::string& /*token*/) {
+  Throw(Status::Internal("authenticate reached a TC session"));
+}
+
 }  // namespace deuteron::tc

@@ -93,6 +93,9 @@ class TcSession final : public protocol::TransactionServiceIf {
   void commit(int64_t txn) override;
   void abort(int64_t txn) override;
   void execute(protocol::ExecuteResult& out, const protocol::ExecuteRequest& request) override;
+  // The server layer answers authenticate itself; this one is never called
+  // by a server and throws INTERNAL.
+  void authenticate(const std::string& token) override;
 
  private:
   friend class TcService;

@@ -38,7 +38,8 @@ class ClientHarness {
   static constexpr size_t kScanPage = 3;  // small: scans take several pages
   static constexpr std::chrono::milliseconds kLockTimeout{3000};
 
-  explicit ClientHarness(ClientMode mode, tc::TcServerOptions server_options = {})
+  explicit ClientHarness(ClientMode mode, tc::TcServerOptions server_options = {},
+                         std::string secret = "")
       : mode_(mode), dir_(MakeTempDir()) {
     if (mode == ClientMode::kEmbedded) {
       client::EmbeddedOptions o;
@@ -59,6 +60,7 @@ class ClientHarness {
     REQUIRE(server_->Start().ok());
     client::RemoteOptions o;
     o.scan_page = kScanPage;
+    o.secret = std::move(secret);
     auto c = client::Client::Connect("127.0.0.1:" + std::to_string(server_->port()), o);
     REQUIRE(c.ok());
     client_ = std::move(c).value();

@@ -201,9 +201,29 @@ TEST_CASE("tc server: execute runs operations as one transaction", "[tc_server]"
   REQUIRE((*t)->Commit().ok());
 }
 
+// After bad input: true when the server answered with an error (a typed
+// DeuteronError or a TApplicationException) or closed the connection.
+bool ErrorOrClosed(RawSocket& s) {
+  auto payload = s.ReadFrame();
+  if (!payload) return s.WaitClosed(1000);  // no reply: it must have closed
+  auto buf = std::make_shared<apache::thrift::transport::TMemoryBuffer>(
+      reinterpret_cast<uint8_t*>(payload->data()), static_cast<uint32_t>(payload->size()));
+  apache::thrift::protocol::TBinaryProtocol p(buf);
+  std::string name;
+  apache::thrift::protocol::TMessageType type;
+  int32_t seqid = 0;
+  p.readMessageBegin(name, type, seqid);
+  if (type == apache::thrift::protocol::T_EXCEPTION) return true;
+  // Every method's result struct holds the DeuteronError in field 1.
+  proto::TransactionService_beginTransaction_result result;
+  result.read(&p);
+  return result.__isset.error;
+}
+
 TEST_CASE("tc server: malformed and oversize requests cost only their connection", "[tc_server]") {
   tc::TcServerOptions o;
   o.max_frame_size = 1 << 20;
+  o.request_memory_limit = 4 << 20;
   o.string_limit = 4096;
   o.container_limit = 100;
   ClientHarness h(ClientMode::kRemote, o);
@@ -213,24 +233,25 @@ TEST_CASE("tc server: malformed and oversize requests cost only their connection
     return s;
   };
 
-  SECTION("a frame over the limit") {
+  SECTION("a frame over the limit: an error, then the connection closes") {
     RawSocket s = fresh();
     REQUIRE(s.WriteAll(std::string("\x00\x20\x00\x00", 4)));  // 2 MiB announced
+    CHECK(ErrorOrClosed(s));
     CHECK(s.WaitClosed());
   }
-  SECTION("a negative frame length") {
+  SECTION("a negative frame length: an error, then the connection closes") {
     RawSocket s = fresh();
     REQUIRE(s.WriteAll(std::string("\xff\xff\xff\xf0", 4) + "junk"));
+    CHECK(ErrorOrClosed(s));
     CHECK(s.WaitClosed());
   }
   SECTION("a payload that is no Thrift message") {
     RawSocket s = fresh();
     REQUIRE(s.WriteAll(Frame("this is not thrift")));
-    CHECK(s.WaitClosed());
+    CHECK(ErrorOrClosed(s));
   }
   SECTION("a message cut short") {
     RawSocket s = fresh();
-    std::string call = EncodeCall("beginTransaction", 1, proto::TransactionService_beginTransaction_args());
     proto::TransactionService_put_args put;
     put.txn = 1;
     put.key = "key";
@@ -238,7 +259,7 @@ TEST_CASE("tc server: malformed and oversize requests cost only their connection
     std::string p = EncodeCall("put", 2, put);
     p.resize(p.size() - 6);
     REQUIRE(s.WriteAll(Frame(p)));
-    CHECK(s.WaitClosed());
+    CHECK(ErrorOrClosed(s));
   }
   SECTION("a string over the limit") {
     RawSocket s = fresh();
@@ -248,8 +269,7 @@ TEST_CASE("tc server: malformed and oversize requests cost only their connection
     put.key = "k";
     put.value = std::string(8192, 'v');
     REQUIRE(s.WriteAll(Frame(EncodeCall("put", 2, put))));
-    CHECK(s.WaitClosed());
-    CHECK(WaitFor([&] { return h.server().open_transactions() == 0; }));
+    CHECK(ErrorOrClosed(s));
   }
   SECTION("a list over the limit") {
     RawSocket s = fresh();
@@ -259,7 +279,7 @@ TEST_CASE("tc server: malformed and oversize requests cost only their connection
     proto::TransactionService_execute_args args;
     args.request = req;
     REQUIRE(s.WriteAll(Frame(EncodeCall("execute", 3, args))));
-    CHECK(s.WaitClosed());
+    CHECK(ErrorOrClosed(s));
   }
   SECTION("an unknown method: an error reply, the connection stays") {
     RawSocket s = fresh();
@@ -277,7 +297,28 @@ TEST_CASE("tc server: malformed and oversize requests cost only their connection
     CHECK(Put(s, id, "k", "v") == proto::ErrorCode::OK);
   }
   CheckServes(h, "healthy");
-  CHECK(WaitFor([&] { return h.server().connections() <= 1; }));
+}
+
+TEST_CASE("tc server: with a shared secret, only clients that present it are served", "[tc_server]") {
+  tc::TcServerOptions o;
+  o.shared_secret = "sesame";
+  ClientHarness h(ClientMode::kRemote, o, "sesame");
+  CheckServes(h, "k");
+  client::RemoteOptions wrong;
+  wrong.secret = "open barley";
+  const std::string address = "127.0.0.1:" + std::to_string(h.port());
+  auto c = client::Client::Connect(address, wrong);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == Code::kUnauthenticated);
+  auto none = client::Client::Connect(address);  // connects; the first call is refused
+  if (none.ok()) {
+    auto t = (*none)->Begin();
+    REQUIRE_FALSE(t.ok());
+    CHECK(t.status().code() == Code::kUnauthenticated);
+  } else {
+    CHECK(none.status().code() == Code::kUnauthenticated);
+  }
+  CheckServes(h, "k2");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -51,6 +52,9 @@ constexpr const char* kCommonOptions =
     "  --idle-timeout-s S   close connections idle this long, aborting their\n"
     "                       transactions (default 600)\n"
     "  --lock-timeout-ms MS a lock wait longer than this fails TimedOut (default 10000)\n"
+    "  --secret-file PATH   the shared secret every client (and, for tc, the DC server)\n"
+    "                       must present; else $DEUTERON_SECRET. Required to listen on\n"
+    "                       an address other than loopback\n"
     "  --help               show this help and exit\n";
 
 constexpr const char* kServeOptions = "  --memory-budget B    the DC's cache budget in bytes (default 0: none)\n";
@@ -63,7 +67,22 @@ struct Args {
   std::string dc_host;
   uint64_t dc_port = 0;
   uint64_t budget = 0, max_connections = 256, idle_s = 600, lock_timeout_ms = 10000;
+  std::string secret;
 };
+
+// The whole file, less one trailing newline.
+bool ReadSecret(const std::string& path, std::string* out) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char buf[4096];
+  size_t n = 0;
+  out->clear();
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
+  std::fclose(f);
+  if (!out->empty() && out->back() == '\n') out->pop_back();
+  if (!out->empty() && out->back() == '\r') out->pop_back();
+  return !out->empty();
+}
 
 bool ParseU64(std::string_view s, uint64_t* out) {
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
@@ -129,9 +148,16 @@ class Command {
             a->lock_timeout_ms > 3600000) {
           return Usage("--lock-timeout-ms takes milliseconds, 1 to 3600000");
         }
+      } else if (arg == "--secret-file") {
+        if (!ReadSecret(std::string(value), &a->secret)) {
+          return Usage("--secret-file: cannot read a nonempty secret from " + std::string(value));
+        }
       } else {
         return Usage("unknown option " + std::string(arg));
       }
+    }
+    if (a->secret.empty()) {
+      if (const char* env = std::getenv("DEUTERON_SECRET"); env != nullptr) a->secret = env;
     }
     if (a->dir.empty()) return Usage("--dir is required");
     if (!serve_ && a->dc_port == 0) return Usage("--dc is required");
@@ -145,6 +171,7 @@ class Command {
     so.port = static_cast<uint16_t>(a.port);
     so.max_connections = a.max_connections;
     so.idle_timeout = std::chrono::seconds(a.idle_s);
+    so.shared_secret = a.secret;
     tc::TcServer server(tm, so);
     if (Status s = server.Start(); !s.ok()) {
       std::fprintf(stderr, "deuteron %s: listen %s:%llu: %s\n", name_, a.host.c_str(),
@@ -227,6 +254,7 @@ int RunTcCommand(int argc, char** argv) {
   protocol::RemoteOptions ro;
   ro.host = a.dc_host;
   ro.port = static_cast<uint16_t>(a.dc_port);
+  ro.secret = a.secret;
   const std::string dc_where = a.dc_host + ":" + std::to_string(a.dc_port);
   Result<std::unique_ptr<protocol::RemoteDataComponent>> dc = protocol::RemoteDataComponent::Connect(ro);
   if (!dc.ok()) return fail("connect to the DC at", dc_where, dc.status());

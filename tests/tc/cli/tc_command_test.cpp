@@ -3,6 +3,7 @@
 // what was committed across a restart, and reject bad usage with status 2.
 #include <signal.h>
 
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -85,6 +86,34 @@ TEST_CASE("deuteron tc serves clients over a deuteron dc server", "[tc][cli]") {
   c.reset();
   StopCleanly(tc, SIGTERM);
   CHECK(dc.Stop(SIGTERM) == 0);
+}
+
+TEST_CASE("deuteron serve off loopback needs a shared secret, and clients must present it",
+          "[tc][cli]") {
+  const std::string dir = TempDir();
+  {
+    Child child({"serve", "--dir", dir, "--listen", "0.0.0.0:0"});
+    CHECK(child.Wait() == 1);  // refuses to start, says why on stderr
+  }
+  const std::string secret_file = dir + "/secret";
+  FILE* f = std::fopen(secret_file.c_str(), "w");
+  REQUIRE(f != nullptr);
+  std::fputs("correct horse\n", f);
+  std::fclose(f);
+  Child child({"serve", "--dir", dir + "/db", "--listen", "0.0.0.0:0", "--secret-file", secret_file});
+  const std::string address = "127.0.0.1:" + std::to_string(ServingPort(child.ReadLine()));
+  client::RemoteOptions good;
+  good.secret = "correct horse";
+  auto c = client::Client::Connect(address, good);
+  REQUIRE(c.ok());
+  Write(**c, "k", "v");
+  c->reset();
+  client::RemoteOptions bad;
+  bad.secret = "battery staple";
+  auto refused = client::Client::Connect(address, bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kUnauthenticated);
+  StopCleanly(child, SIGTERM);
 }
 
 TEST_CASE("deuteron serve and tc reject bad usage with status 2", "[tc][cli]") {

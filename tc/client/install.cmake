@@ -18,7 +18,7 @@ include(GNUInstallDirs)
 # Every Deuteron archive the client library needs, in link order.
 set(DEUTERON_CLIENT_PARTS
   deuteron_client deuteron_tc_embedded deuteron_tc_txn deuteron_tc_lock deuteron_wal
-  deuteron_dc deuteron_protocol deuteron_protocol_gen deuteron_common)
+  deuteron_dc deuteron_server deuteron_protocol deuteron_protocol_gen deuteron_common)
 set(DEUTERON_CLIENT_BUNDLE ${CMAKE_CURRENT_BINARY_DIR}/bundle/libdeuteron_client.a)
 set(mri "CREATE ${DEUTERON_CLIENT_BUNDLE}\n")
 foreach(part IN LISTS DEUTERON_CLIENT_PARTS)

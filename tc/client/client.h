@@ -91,6 +91,7 @@ struct ScanOptions {
 //   for (ScanIterator it = txn.Scan(o); it.Valid(); it.Next()) use(it.key(), it.value());
 //   if (!it.status().ok()) ...  // why it stopped early
 // A lock failure while fetching a page aborts the transaction, as Get does.
+// An iterator must not outlive its Transaction.
 class ScanIterator {
  public:
   ScanIterator(ScanIterator&&) noexcept;

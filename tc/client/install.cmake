@@ -41,6 +41,8 @@ if(DEUTERON_STATUS_CHECKED)
   # Status has an extra member in these builds: the consumer must agree.
   list(APPEND DEUTERON_CLIENT_DEFINITIONS DEUTERON_STATUS_CHECKED=1)
 endif()
+# A sanitizer build's archive needs its runtime, and the consumer is best
+# instrumented the same way.
 set(DEUTERON_CLIENT_LINK_OPTIONS "")
 if(DEUTERON_SANITIZER STREQUAL "address")
   set(DEUTERON_CLIENT_LINK_OPTIONS -fsanitize=address,undefined)

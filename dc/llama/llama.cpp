@@ -996,6 +996,21 @@ Status Llama::EnforceBudget() {
     return Status::OK();
   }
   eviction_wanted_.store(false, std::memory_order_relaxed);
+  const uint64_t bound =
+      options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
+  // The last pass ended over its target with nothing more it could drop
+  // (pages above the bound: the DC's records above the ESL). Until the bound
+  // moves or memory grows by an eighth (of the budget, or of what it was if
+  // more), another pass would walk mostly the same pages for nothing: every
+  // thread leaving a guard would walk them all (issue 38). Growth in steps
+  // of an eighth keeps the passes to a logarithmic number while the cache
+  // fills; what was flushed meanwhile (an RSSP's FlushAll, structure
+  // changes) waits for the next pass.
+  if (futile_.valid && futile_.bound == bound &&
+      MemoryUsage() <= futile_.usage + std::max(options_.memory_budget, futile_.usage) / 8) {
+    return Status::OK();
+  }
+  futile_.valid = false;
   eviction_passes_.fetch_add(1, std::memory_order_relaxed);
   epochs_->TryReclaim();
   // Progress is measured without the garbage waiting for other threads'
@@ -1005,8 +1020,6 @@ Status Llama::EnforceBudget() {
     const size_t pending = epochs_->PendingBytes();
     return used > pending ? used - pending : 0;
   };
-  const uint64_t bound =
-      options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
   // Two sweeps: the first clears reference bits, the second finds them clear.
   // Pages that need a flush first are flushed in a batch, made stable once,
   // then swapped out.
@@ -1054,6 +1067,7 @@ Status Llama::EnforceBudget() {
     for (PageId f : flushed) SwapOut(f);
   }
   epochs_->TryReclaim();
+  if (live() > target) futile_ = FutilePass{true, bound, MemoryUsage()};
   return Status::OK();
 }
 

@@ -385,6 +385,10 @@ TEST_CASE("DC: the evictor flushes under a small budget and nothing above the ES
           "[dc][evict][crash]") {
   HarnessConfig config;
   config.memory_budget = 128 << 10;
+  // The ESL lags by ~150 records of 600 bytes, more than the default bound
+  // on writes above the ESL (half the budget) lets in: it is off here, so
+  // that the evictor must flush while the ESL lags.
+  config.max_above_esl_share = 0;
   InProcessHarness h(config);
   Dc* dc = h.local();
   constexpr int kKeys = 1500;
@@ -666,6 +670,62 @@ TEST_CASE("DC: the page count survives a restart and merges after it", "[dc]") {
   INFO("pages before " << before << ", after the deletes and rewrites " << after);
   CHECK(after < before);
   CHECK(after > 0);
+}
+
+// Issue 38 with the bound on writes above the ESL off: the cache fills with
+// records the evictor may not flush. Every thread leaving a guard ran a pass
+// over every page again (FlushAll takes a guard per page), so the writes
+// crawled and a proposal at ESL + 1 took tens of seconds. With LLAMA's
+// evictor skipping passes that can only repeat a fruitless one, both are
+// quick.
+TEST_CASE("DC: an RSSP completes at once with the cache full of records above the ESL",
+          "[dc][evict][governance]") {
+  HarnessConfig config;
+  config.memory_budget = 1 << 20;
+  config.max_above_esl_share = 0;  // unbounded: the cache fills up
+  InProcessHarness h(config);
+  Dc* dc = h.local();
+  constexpr uint64_t kEsl = 100;
+  for (uint64_t lsn = 1; lsn <= kEsl; ++lsn) {
+    REQUIRE(ApplyOne(dc, RecordOpKind::kUpsert, "lo" + std::to_string(lsn), lsn, kEsl).ok());
+  }
+  const std::string value(1000, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  std::vector<std::string> keys;
+  uint64_t lsn = kEsl;
+  for (int batch = 0; batch < 130; ++batch) {  // ~8 MiB above the ESL
+    keys.clear();
+    std::vector<RecordOp> ops;
+    for (int i = 0; i < 60; ++i) keys.push_back("hi" + std::to_string(lsn + 1 + i));
+    for (int i = 0; i < 60; ++i) ops.push_back({RecordOpKind::kUpsert, keys[i], value, ++lsn});
+    Result<ApplyResult> r = dc->Apply(ops, 0, 0);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    INFO("batch " << batch << " after " << seconds() << " s");
+    REQUIRE(seconds() < 20);  // crawling: each allocation's pass walked every page
+  }
+  const double write_s = seconds();
+  const uint64_t memory = dc->TEST_tree()->llama()->MemoryUsage();
+  const llama::Llama::Stats ls = dc->TEST_tree()->llama()->GetStats();
+  INFO("wrote in " << write_s << " s, cache " << memory << " bytes, nodes " << ls.node_bytes
+                   << ", pages " << ls.pages << ", passes " << ls.eviction_passes
+                   << ", swap-outs " << ls.swap_outs << " + " << ls.partial_swaps);
+  CHECK(memory > (size_t{4} << 20));  // far over the budget: nothing could go
+  const auto rssp_start = std::chrono::steady_clock::now();
+  REQUIRE(dc->ProposeRssp(kEsl + 1, 0).ok());
+  const double rssp_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - rssp_start).count();
+  INFO("proposeRssp took " << rssp_s << " s");
+  CHECK(rssp_s < 1.0);
+  h.Crash();
+  for (uint64_t i = 1; i <= kEsl; ++i) {
+    const ReadResult r = GetKey(h.dc(), "lo" + std::to_string(i));
+    CHECK(r.lsn == i);
+  }
+  CHECK(!GetKey(h.dc(), "hi" + std::to_string(kEsl + 1)).found);
 }
 
 }  // namespace deuteron::dc

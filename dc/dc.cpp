@@ -238,10 +238,10 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
     const RecordOp& op = ops[i];
     const size_t b = op.key.size() + op.value.size();
     bytes += b;
+    if (op.lsn >= kReservedLsnFloor) {
+      return CheckNotReserved(op.lsn, ("apply: operation " + std::to_string(i) + ": LSN").c_str());
+    }
     if (op.lsn > esl_now) {
-      if (op.lsn >= kReservedLsnFloor) {
-        return CheckNotReserved(op.lsn, ("apply: operation " + std::to_string(i) + ": LSN").c_str());
-      }
       above += b + kAboveEslRecordOverhead;
       max_above = std::max(max_above, op.lsn);
     }

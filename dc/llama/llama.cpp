@@ -1006,13 +1006,7 @@ Status Llama::EnforceBudget() {
   // of an eighth keeps the passes to a logarithmic number while the cache
   // fills; what was flushed meanwhile (an RSSP's FlushAll, structure
   // changes) waits for the next pass.
-  if (futile_.valid && futile_.bound == bound &&
-      MemoryUsage() <= futile_.usage + std::max(options_.memory_budget, futile_.usage) / 8) {
-    return Status::OK();
-  }
-  futile_.valid = false;
-  eviction_passes_.fetch_add(1, std::memory_order_relaxed);
-  epochs_->TryReclaim();
+  //
   // Progress is measured without the garbage waiting for other threads'
   // guards: it is already dropped, and goes when they leave.
   auto live = [&] {
@@ -1020,6 +1014,13 @@ Status Llama::EnforceBudget() {
     const size_t pending = epochs_->PendingBytes();
     return used > pending ? used - pending : 0;
   };
+  if (futile_.valid && futile_.bound == bound &&
+      live() <= futile_.usage + std::max(options_.memory_budget, futile_.usage) / 8) {
+    return Status::OK();
+  }
+  futile_.valid = false;
+  eviction_passes_.fetch_add(1, std::memory_order_relaxed);
+  epochs_->TryReclaim();
   // Two sweeps: the first clears reference bits, the second finds them clear.
   // Pages that need a flush first are flushed in a batch, made stable once,
   // then swapped out.
@@ -1067,7 +1068,7 @@ Status Llama::EnforceBudget() {
     for (PageId f : flushed) SwapOut(f);
   }
   epochs_->TryReclaim();
-  if (live() > target) futile_ = FutilePass{true, bound, MemoryUsage()};
+  if (const size_t left = live(); left > target) futile_ = FutilePass{true, bound, left};
   return Status::OK();
 }
 

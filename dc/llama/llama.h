@@ -428,7 +428,7 @@ class Llama {
   std::mutex evict_mu_;            // one evictor at a time
   PageId clock_hand_ = 1;          // GUARDED_BY(evict_mu_)
   // The last eviction pass, when it ended over its target: its flush bound
-  // and memory usage then (EnforceBudget skips passes that could only repeat
+  // and live memory then (EnforceBudget skips passes that could only repeat
   // it).
   struct FutilePass {
     bool valid = false;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <thread>
@@ -32,6 +33,10 @@ using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
+
+// CPU seconds of the whole process (every thread: the server's too): what a
+// spinning thread burns, unlike wall time unaffected by a loaded machine.
+double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 // The issue's row "1.5 GB written above the ESL", scaled for CI: a 4 MiB
 // budget, 40 MiB attempted above the ESL.
@@ -101,11 +106,16 @@ TEST_CASE("DC governance: writes above the ESL get Busy; an RSSP below it comple
   CHECK(busy_message.find("setEsl to >= " + std::to_string(accepted_max)) != std::string::npos);
 
   // A legitimate RSSP at ESL + 1 is acknowledged at once and is durable.
+  // (CPU time: the machine running the tests may be loaded; wall time only
+  // catches a hang.)
   const Clock::time_point rssp_start = Clock::now();
+  const double rssp_cpu_start = CpuSeconds();
   RequireOk(dc->ProposeRssp(kEsl + 1, 0));
+  const double rssp_cpu = CpuSeconds() - rssp_cpu_start;
   const double rssp_s = SecondsSince(rssp_start);
-  INFO("proposeRssp took " << rssp_s << " s");
-  CHECK(rssp_s < 1.0);
+  INFO("proposeRssp took " << rssp_cpu << " s of CPU, " << rssp_s << " s");
+  CHECK(rssp_cpu < 0.5);
+  CHECK(rssp_s < 20);
 
   // Once the ESL passes them, the records are flushable and writes go on.
   RequireOk(dc->SetEsl(accepted_max, 0));

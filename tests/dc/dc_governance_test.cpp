@@ -124,6 +124,32 @@ void RunAboveEsl(const std::string& kind, size_t budget, size_t attempt) {
   CHECK(rssp_cpu < 0.5 * kSlowdown);
   CHECK(rssp_s < 20);
 
+  // Again while another connection keeps writing above the ESL (the issue's
+  // stall had writers and the proposal spinning in the evictor together):
+  // the writer gets Busy, the proposal completes.
+  std::atomic<bool> hammering{true};
+  std::atomic<size_t> hammer_busy{0}, hammer_other{0};
+  std::thread hammer([&] {
+    const std::string k = "zhi-hammer";
+    uint64_t l = lsn + 1000;
+    while (hammering.load()) {
+      RecordOp op{RecordOpKind::kUpsert, k, value, ++l};
+      const Status st = h->peer()->Apply(std::span<const RecordOp>(&op, 1), 0, 0).status();
+      ++(st.IsBusy() ? hammer_busy : hammer_other);
+    }
+  });
+  const Clock::time_point again_start = Clock::now();
+  const Status again = dc->ProposeRssp(kEsl + 1, 0);
+  const double again_s = SecondsSince(again_start);
+  hammering = false;
+  hammer.join();
+  INFO("under a writer: proposeRssp took " << again_s << " s; the writer got Busy "
+                                           << hammer_busy.load() << " times, else "
+                                           << hammer_other.load());
+  RequireOk(again);
+  CHECK(again_s < 20);
+  CHECK(hammer_other.load() == 0);
+
   // Once the ESL passes them, the records are flushable and writes go on.
   RequireOk(dc->SetEsl(accepted_max, 0));
   RecordOp more{RecordOpKind::kUpsert, "zhi-after", value, lsn + 1};

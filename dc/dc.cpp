@@ -22,9 +22,12 @@ constexpr size_t kCrcOffsetV1 = 28;
 static_assert(kCrcOffset + 4 == kDcMetaSize);
 static_assert(kCrcOffsetV1 + 4 == kDcMetaSizeV1);
 
+// The bound on bytes held above the ESL (0: none); NaN or a share <= 0 is
+// none, a huge one is capped (the cast must stay in range).
 size_t AboveEslLimit(const DcOptions& o) {
-  if (o.max_above_esl_share <= 0 || o.llama.memory_budget == 0) return 0;
-  return static_cast<size_t>(static_cast<double>(o.llama.memory_budget) * o.max_above_esl_share);
+  if (!(o.max_above_esl_share > 0) || o.llama.memory_budget == 0) return 0;
+  const double limit = static_cast<double>(o.llama.memory_budget) * o.max_above_esl_share;
+  return limit >= 0x1p62 ? size_t{1} << 62 : std::max<size_t>(1, static_cast<size_t>(limit));
 }
 
 // InvalidArgument for a value in the reserved top of the LSN range.

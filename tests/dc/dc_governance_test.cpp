@@ -126,18 +126,22 @@ void RunAboveEsl(const std::string& kind, size_t budget, size_t attempt) {
 
   // Again while another connection keeps writing above the ESL (the issue's
   // stall had writers and the proposal spinning in the evictor together):
-  // the writer gets Busy, the proposal completes.
+  // the writer gets Busy (or fills what room is left), the proposal
+  // completes.
   std::atomic<bool> hammering{true};
   std::atomic<size_t> hammer_busy{0}, hammer_other{0};
+  std::atomic<uint64_t> hammer_lsn{lsn};
   std::thread hammer([&] {
     const std::string k = "zhi-hammer";
-    uint64_t l = lsn + 1000;
     while (hammering.load()) {
-      RecordOp op{RecordOpKind::kUpsert, k, value, ++l};
+      RecordOp op{RecordOpKind::kUpsert, k, value, hammer_lsn.load() + 1};
       const Status st = h->peer()->Apply(std::span<const RecordOp>(&op, 1), 0, 0).status();
-      ++(st.IsBusy() ? hammer_busy : hammer_other);
+      if (st.ok()) hammer_lsn.fetch_add(1);
+      if (st.IsBusy()) ++hammer_busy;
+      if (!st.ok() && !st.IsBusy()) ++hammer_other;
     }
   });
+  while (hammer_busy.load() < 10 && SecondsSince(rssp_start) < 20) std::this_thread::yield();
   const Clock::time_point again_start = Clock::now();
   const Status again = dc->ProposeRssp(kEsl + 1, 0);
   const double again_s = SecondsSince(again_start);
@@ -148,11 +152,13 @@ void RunAboveEsl(const std::string& kind, size_t budget, size_t attempt) {
                                            << hammer_other.load());
   RequireOk(again);
   CHECK(again_s < 20);
+  CHECK(hammer_busy.load() > 0);
   CHECK(hammer_other.load() == 0);
+  accepted_max = std::max(accepted_max, hammer_lsn.load());
 
   // Once the ESL passes them, the records are flushable and writes go on.
   RequireOk(dc->SetEsl(accepted_max, 0));
-  RecordOp more{RecordOpKind::kUpsert, "zhi-after", value, lsn + 1};
+  RecordOp more{RecordOpKind::kUpsert, "zhi-after", value, accepted_max + 1};
   Result<ApplyResult> after = dc->Apply(std::span<const RecordOp>(&more, 1), 0, 0);
   INFO(after.status().ToString());
   CHECK(after.ok());

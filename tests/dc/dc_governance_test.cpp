@@ -171,10 +171,11 @@ void RunAboveEsl(const std::string& kind, size_t budget, size_t attempt) {
   CheckExact(dc, BuildModel(below, kEsl), kKeys);
 }
 
-// Scaled for CI: a 4 MiB budget, 40 MiB attempted above the ESL.
+// Scaled for CI: a 4 MiB budget, 20 MiB attempted above the ESL (ten times
+// the bound; under TSan on a loaded machine 40 MiB took 19 s over the server).
 TEST_CASE("DC governance: writes above the ESL get Busy; an RSSP below it completes at once",
           "[dc][contract][governance]") {
-  RunAboveEsl(GENERATE(from_range(HarnessKinds())), size_t{4} << 20, size_t{40} << 20);
+  RunAboveEsl(GENERATE(from_range(HarnessKinds())), size_t{4} << 20, size_t{20} << 20);
 }
 
 // At the scale: the 32 MiB budget it ran with, 1.5 GB attempted.

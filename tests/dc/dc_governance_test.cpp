@@ -215,7 +215,8 @@ TEST_CASE("DC governance: reserved LSN values are refused and cannot poison the 
     CHECK(rogue->SetEsl(bad, current).IsInvalidArgument());
     CHECK(rogue->ProposeRssp(bad, current).IsInvalidArgument());
     CHECK(rogue->RestartTo(bad).status().IsInvalidArgument());
-    RecordOp op{RecordOpKind::kUpsert, KeyName(1), "poison", bad};
+    const std::string key = KeyName(1);
+    RecordOp op{RecordOpKind::kUpsert, key, "poison", bad};
     CHECK(rogue->Apply(std::span<const RecordOp>(&op, 1), 0, current)
               .status()
               .IsInvalidArgument());

@@ -22,6 +22,21 @@ constexpr size_t kCrcOffsetV1 = 28;
 static_assert(kCrcOffset + 4 == kDcMetaSize);
 static_assert(kCrcOffsetV1 + 4 == kDcMetaSizeV1);
 
+// The bound on bytes held above the ESL (0: none); NaN or a share <= 0 is
+// none, a huge one is capped (the cast must stay in range).
+size_t AboveEslLimit(const DcOptions& o) {
+  if (!(o.max_above_esl_share > 0) || o.llama.memory_budget == 0) return 0;
+  const double limit = static_cast<double>(o.llama.memory_budget) * o.max_above_esl_share;
+  return limit >= 0x1p62 ? size_t{1} << 62 : std::max<size_t>(1, static_cast<size_t>(limit));
+}
+
+// InvalidArgument for a value in the reserved top of the LSN range.
+Status CheckNotReserved(uint64_t value, const char* what) {
+  if (value < kReservedLsnFloor) return Status::OK();
+  return Status::InvalidArgument(std::string(what) + " " + std::to_string(value) +
+                                 " is in the reserved LSN range (>= 2^62)");
+}
+
 }  // namespace
 
 std::string EncodeDcMeta(const DcMeta& meta) {
@@ -71,7 +86,11 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
 }
 
 Dc::Dc(Env* env, std::string dir, DcOptions options)
-    : env_(env), dir_(std::move(dir)), options_(std::move(options)) {
+    : env_(env),
+      dir_(std::move(dir)),
+      options_(std::move(options)),
+      backlog_(AboveEslLimit(options_),
+               options_.llama.memory_budget + options_.llama.memory_budget / 4) {
   // Acquire loads: a bound read on any thread is at least as new as what the
   // thread has seen of the DC (the values only grow between restarts).
   options_.tree.flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
@@ -95,6 +114,7 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   // acknowledged RSSP never exceeds ESL + 1.
   dc->esl_.store(std::max(durable, meta.rssp == 0 ? 0 : meta.rssp - 1),
                  std::memory_order_release);
+  dc->backlog_.Reset(dc->esl_.load(std::memory_order_relaxed));
   dc->ready_durable_.store(durable, std::memory_order_relaxed);
   dc->last_durable_.store(durable, std::memory_order_relaxed);
   DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}", dir, meta.rssp, durable,
@@ -164,8 +184,12 @@ Status Dc::Enter(std::shared_lock<std::shared_mutex>* hold) {
 void Dc::AdvanceEsl(uint64_t esl) {
   uint64_t seen = esl_.load(std::memory_order_relaxed);
   // Release: pairs with the bound callbacks' acquire loads.
-  while (seen < esl && !esl_.compare_exchange_weak(seen, esl, std::memory_order_release,
-                                                   std::memory_order_relaxed)) {
+  while (seen < esl) {
+    if (esl_.compare_exchange_weak(seen, esl, std::memory_order_release,
+                                   std::memory_order_relaxed)) {
+      backlog_.Release(esl);  // what it passed may now be flushed and evicted
+      return;
+    }
   }
 }
 
@@ -199,6 +223,7 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
   // The hold keeps a RestartTo (and so a new incarnation) out until the
   // batch is done: a batch checked here is wholly before the restart.
   RETURN_IF_ERROR(CheckIncarnation(incarnation, "apply"));
+  RETURN_IF_ERROR(CheckNotReserved(esl, "apply: ESL"));
   applies_.fetch_add(1, std::memory_order_relaxed);
   if (esl != 0) AdvanceEsl(esl);
   if (ops.size() > options_.max_batch_ops) {
@@ -206,12 +231,32 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
                             " operations over the batch limit of " +
                             std::to_string(options_.max_batch_ops));
   }
-  size_t bytes = 0;
-  for (const RecordOp& op : ops) bytes += op.key.size() + op.value.size();
+  // Sizes, and what the batch would hold above the ESL (dc.md, "Writes
+  // above the ESL"). A reserved LSN fails the batch before anything is
+  // applied: reserved, it could never be released.
+  const uint64_t esl_now = esl_.load(std::memory_order_acquire);
+  size_t bytes = 0, above = 0;
+  uint64_t max_above = 0;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RecordOp& op = ops[i];
+    const size_t b = op.key.size() + op.value.size();
+    bytes += b;
+    if (op.lsn >= kReservedLsnFloor) {
+      return CheckNotReserved(op.lsn, ("apply: operation " + std::to_string(i) + ": LSN").c_str());
+    }
+    if (op.lsn > esl_now) {
+      above += b + kAboveEslRecordOverhead;
+      max_above = std::max(max_above, op.lsn);
+    }
+  }
   if (bytes > options_.max_batch_bytes) {
     return Status::TooLarge("apply: " + std::to_string(bytes) +
                             " bytes over the batch limit of " +
                             std::to_string(options_.max_batch_bytes));
+  }
+  // Before anything is applied: a refused batch changes nothing.
+  if (above > 0 && backlog_.limit() != 0) {
+    RETURN_IF_ERROR(backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage()));
   }
   ApplyResult result;
   Status s;
@@ -308,6 +353,7 @@ Status Dc::SetEsl(uint64_t esl, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
   RETURN_IF_ERROR(CheckIncarnation(incarnation, "set-esl"));
+  RETURN_IF_ERROR(CheckNotReserved(esl, "set-esl: ESL"));
   AdvanceEsl(esl);
   return Status::OK();
 }
@@ -316,6 +362,7 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
   RETURN_IF_ERROR(CheckIncarnation(incarnation, "propose-rssp"));
+  RETURN_IF_ERROR(CheckNotReserved(rssp, "propose-rssp: RSSP"));
   rssp_proposals_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(rssp_mu_);
   const uint64_t esl = esl_.load(std::memory_order_acquire);
@@ -349,6 +396,7 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   std::unique_lock<std::mutex> restart(restart_mu_, std::try_to_lock);
   if (!restart.owns_lock()) return Status::Unavailable("dc: restart or close in progress");
   if (closed_) return Status::ShuttingDown("dc: closed");
+  RETURN_IF_ERROR(CheckNotReserved(stable_end, "restart-to: stable end"));
   // The LSS already holds operations up to max_durable_lsn; they cannot be
   // taken back. REQUIRES: a hold on gate_.
   auto below_durable = [&]() -> Status {
@@ -389,6 +437,7 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   Status s = CloseStore(/*clean=*/false);
   if (!s.ok()) DLOG_WARN("dc {}: restart-to {}: closing: {}", dir_, stable_end, s.ToString());
   esl_.store(stable_end, std::memory_order_release);
+  backlog_.Reset(stable_end);  // the cache, and all it held above the ESL, is gone
   if (restart_hook_) restart_hook_();
   s = OpenStore();
   if (!s.ok()) {

@@ -20,6 +20,11 @@
 //  - The incarnation fence: RestartTo starts a new TC incarnation, kept in
 //    dc.meta; Apply, SetEsl and ProposeRssp from any other are refused.
 //
+//  - Writes above the ESL are bounded (EslBacklog): past a share of the
+//    memory budget Apply answers Busy until the ESL moves on.
+//  - LSN values in the reserved top of the range (kReservedLsnFloor) are
+//    refused everywhere.
+//
 // Thread safety: every method is thread-safe. While RestartTo runs, record
 // calls and the other control calls return Unavailable (they never block on
 // it); calls already inside finish first. After Close, they return
@@ -41,6 +46,7 @@
 #include "common/slice.h"
 #include "common/status.h"
 #include "dc/bwtree/bwtree.h"
+#include "dc/esl_backlog.h"
 #include "dc/llama/llama.h"
 #include "protocol/data_component.h"
 
@@ -60,7 +66,18 @@ struct DcOptions {
   uint32_t max_scan_items = 10000;
   // MultiGet: most keys per call.
   size_t max_multiget_keys = 65536;
+  // Writes above the ESL (dc/dc.md, "Writes above the ESL"): the records the
+  // DC holds above the ESL (which it may not flush, so cannot evict) are
+  // bounded by this share of llama.memory_budget; past it Apply answers Busy
+  // and names the ESL that would free them. 0, or no memory budget: no bound.
+  double max_above_esl_share = 0.5;
 };
+
+// LSNs at or above this are reserved (never a TC's): a record LSN, ESL,
+// RSSP or restart-to stable end there is InvalidArgument, so that no such
+// value is ever acted on or persisted (issue 38: setEsl(2^63 - 1) poisoned
+// the store for the real TC).
+inline constexpr uint64_t kReservedLsnFloor = uint64_t{1} << 62;
 
 // The file in the store directory that holds the last acknowledged RSSP and
 // the current TC incarnation.
@@ -125,6 +142,11 @@ class Dc final : public DataComponent {
   Result<DcStats> GetStats() override;
   Result<DcHealth> Health() override;
 
+  // Bytes the DC holds above the ESL, as EslBacklog counts them, and their
+  // limit (0: none).
+  size_t above_esl_bytes() const { return backlog_.bytes(); }
+  size_t above_esl_limit() const { return backlog_.limit(); }
+
   // Test hook: the destructor neither flushes nor closes, as after a crash.
   void TEST_SkipCloseOnDestroy() { skip_close_ = true; }
   // Test hook: the tree (null while restarting or closed). REQUIRES: no
@@ -181,6 +203,9 @@ class Dc final : public DataComponent {
   // the tree's and the evictor's bound callbacks on any thread.
   std::atomic<uint64_t> esl_{0};
   std::atomic<uint64_t> rssp_{0};
+  // What Apply holds above esl_ (released as the ESL advances, reset by
+  // RestartTo).
+  EslBacklog backlog_;
   // The current TC incarnation: written only under gate_ held exclusively
   // (Open, RestartTo), after dc.meta holds it; atomic for Health.
   std::atomic<uint64_t> incarnation_{0};

@@ -996,8 +996,17 @@ Status Llama::EnforceBudget() {
     return Status::OK();
   }
   eviction_wanted_.store(false, std::memory_order_relaxed);
-  eviction_passes_.fetch_add(1, std::memory_order_relaxed);
-  epochs_->TryReclaim();
+  const uint64_t bound =
+      options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
+  // The last pass ended over its target with nothing more it could drop
+  // (pages above the bound: the DC's records above the ESL). Until the bound
+  // moves or memory grows by an eighth (of the budget, or of what it was if
+  // more), another pass would walk mostly the same pages for nothing: every
+  // thread leaving a guard would walk them all (issue 38). Growth in steps
+  // of an eighth keeps the passes to a logarithmic number while the cache
+  // fills; what was flushed meanwhile (an RSSP's FlushAll, structure
+  // changes) waits for the next pass.
+  //
   // Progress is measured without the garbage waiting for other threads'
   // guards: it is already dropped, and goes when they leave.
   auto live = [&] {
@@ -1005,8 +1014,13 @@ Status Llama::EnforceBudget() {
     const size_t pending = epochs_->PendingBytes();
     return used > pending ? used - pending : 0;
   };
-  const uint64_t bound =
-      options_.eviction_flush_bound ? options_.eviction_flush_bound() : ~0ull;
+  if (futile_.valid && futile_.bound == bound &&
+      live() <= futile_.usage + std::max(options_.memory_budget, futile_.usage) / 8) {
+    return Status::OK();
+  }
+  futile_.valid = false;
+  eviction_passes_.fetch_add(1, std::memory_order_relaxed);
+  epochs_->TryReclaim();
   // Two sweeps: the first clears reference bits, the second finds them clear.
   // Pages that need a flush first are flushed in a batch, made stable once,
   // then swapped out.
@@ -1054,6 +1068,7 @@ Status Llama::EnforceBudget() {
     for (PageId f : flushed) SwapOut(f);
   }
   epochs_->TryReclaim();
+  if (const size_t left = live(); left > target) futile_ = FutilePass{true, bound, left};
   return Status::OK();
 }
 

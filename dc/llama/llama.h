@@ -427,6 +427,15 @@ class Llama {
   std::atomic<uint8_t>* referenced_ = nullptr;
   std::mutex evict_mu_;            // one evictor at a time
   PageId clock_hand_ = 1;          // GUARDED_BY(evict_mu_)
+  // The last eviction pass, when it ended over its target: its flush bound
+  // and live memory then (EnforceBudget skips passes that could only repeat
+  // it).
+  struct FutilePass {
+    bool valid = false;
+    uint64_t bound = 0;
+    size_t usage = 0;
+  };
+  FutilePass futile_;              // GUARDED_BY(evict_mu_)
   std::atomic<uint64_t> eviction_passes_{0}, eviction_flushes_{0};
   // Set when work waits for a guard-free moment (relaxed: a hint; the work
   // itself synchronizes through its mutexes).

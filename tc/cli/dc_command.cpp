@@ -22,6 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: deuteron dc --dir DIR [--listen HOST:PORT] [--memory-budget BYTES]\n"
     "                   [--max-connections N] [--idle-timeout-s S] [--io-threads N]\n"
+    "                   [--max-above-esl-share F]\n"
     "\n"
     "Runs a data component server: opens (and recovers) the store in DIR, then\n"
     "serves the DC protocol (Thrift, framed binary) on HOST:PORT.\n"
@@ -35,6 +36,11 @@ constexpr const char* kUsage =
     "  --max-connections N  connections served at once (default 256)\n"
     "  --idle-timeout-s S   close connections idle this long (default 600)\n"
     "  --io-threads N       event loops, each one thread; reads run on them (default 4)\n"
+    "  --max-above-esl-share F\n"
+    "                       share of the memory budget that records above the TC's\n"
+    "                       ESL (which the DC may not flush) may hold; past it apply\n"
+    "                       answers BUSY naming the ESL that frees them (default 0.5;\n"
+    "                       0: no bound; no bound either without a memory budget)\n"
     "  --help               show this help and exit\n";
 
 int Usage(const char* problem) {
@@ -53,6 +59,7 @@ int RunDcCommand(int argc, char** argv) {
   std::string dir;
   std::string host = "127.0.0.1";
   uint64_t port = 7410, budget = 0, max_connections = 256, idle_s = 600, io_threads = 4;
+  double above_esl_share = dc::DcOptions{}.max_above_esl_share;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -84,6 +91,13 @@ int RunDcCommand(int argc, char** argv) {
       if (!ParseU64(value, &io_threads) || io_threads == 0 || io_threads > 256) {
         return Usage("--io-threads takes a count from 1 to 256");
       }
+    } else if (arg == "--max-above-esl-share") {
+      const auto [end, ec] =
+          std::from_chars(value.data(), value.data() + value.size(), above_esl_share);
+      if (ec != std::errc() || end != value.data() + value.size() || !(above_esl_share >= 0) ||
+          above_esl_share > 1) {
+        return Usage("--max-above-esl-share takes a number from 0 to 1");
+      }
     } else {
       return Usage(("unknown option " + std::string(arg)).c_str());
     }
@@ -100,6 +114,7 @@ int RunDcCommand(int argc, char** argv) {
 
   dc::DcOptions options;
   options.llama.memory_budget = budget;
+  options.max_above_esl_share = above_esl_share;
   Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(Env::Posix(), dir, options);
   if (!opened.ok()) {
     std::fprintf(stderr, "deuteron dc: open %s: %s\n", dir.c_str(),

@@ -36,6 +36,7 @@ struct HarnessConfig {
   size_t max_batch_bytes = 64 << 10;
   uint32_t max_scan_items = 64;
   size_t max_multiget_keys = 128;
+  double max_above_esl_share = dc::DcOptions{}.max_above_esl_share;  // of memory_budget
 };
 
 class DcHarness {
@@ -125,6 +126,7 @@ class InProcessHarness : public DcHarness {
     o.max_batch_bytes = c.max_batch_bytes;
     o.max_scan_items = c.max_scan_items;
     o.max_multiget_keys = c.max_multiget_keys;
+    o.max_above_esl_share = c.max_above_esl_share;
     return o;
   }
 

@@ -329,6 +329,9 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
       {"dc", "--dir", "/tmp/x", "--listen", "nope"},  // not HOST:PORT
       {"dc", "--dir", "/tmp/x", "--listen", "127.0.0.1:70000"},
       {"dc", "--dir", "/tmp/x", "--bogus", "1"},
+      {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "1.5"},
+      {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "-0.1"},
+      {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "half"},
   };
   for (const auto& args : bad) {
     INFO("args " << args.size());

@@ -17,7 +17,7 @@ namespace {
 constexpr std::chrono::milliseconds kBusyReadDelay{2};
 // Backoff between DC recovery rounds that found the DC still gone.
 constexpr std::chrono::milliseconds kFirstRoundBackoff{10};
-constexpr std::chrono::milliseconds kMaxRoundBackoff{500};
+constexpr std::chrono::milliseconds kMaxRoundBackoff{200};
 
 }  // namespace
 
@@ -105,6 +105,7 @@ bool TxnManager::DcLost(const Status& s) {
 }
 
 void TxnManager::TriggerDcRecovery(const Status& why) {
+  why.PermitUncheckedError();  // kept as the cause, or dropped (a recovery is due already)
   {
     std::lock_guard<std::mutex> l(dc_mu_);
     if (recovering_.load(std::memory_order_relaxed)) return;
@@ -247,6 +248,7 @@ void TxnManager::MaintainDc() {
       round_backoff_ = std::chrono::milliseconds(0);
       return;
     }
+    DLOG_INFO("TC: DC recovery round failed (retried): {}", s.ToString());
     round_backoff_ = std::clamp(round_backoff_ * 2, kFirstRoundBackoff, kMaxRoundBackoff);
     next_round_ = std::chrono::steady_clock::now() + round_backoff_;
     return;

@@ -257,6 +257,8 @@ class TxnManager {
   // The DC incarnation this TC started: written by recovery while no commit
   // is inside the DC section.
   std::atomic<uint64_t> incarnation_{0};
+  // The DC's instance (DcReady::instance) when this TC last restarted it.
+  std::atomic<uint64_t> dc_instance_{0};
   std::atomic<TxnId> next_txn_{1};
 
   // DC recovery state. recovering_ is set (under dc_mu_) when a DC call found

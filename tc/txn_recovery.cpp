@@ -27,9 +27,18 @@ Status TxnManager::Recover() {
 }
 
 Status TxnManager::RestartAndReplay(wal::Lsn end) {
-  Result<DcReady> ready = dc_->RestartTo(end - 1);
+  // One store: the DC adopts the log's store id, or refuses a TC of another
+  // store (StoreMismatch); a binding that says which store it holds is
+  // checked here too.
+  const StoreId store = log_->store_id();
+  Result<DcReady> ready = dc_->RestartToStore(end - 1, store);
   if (!ready.ok()) return ready.status().WithContext("TC recovery: DC restart-to");
+  if (!ready->store_id.nil() && ready->store_id != store) {
+    return Status::StoreMismatch("TC recovery: the DC belongs to store " + ready->store_id.ToString() +
+                                 ", this TC's log to store " + store.ToString());
+  }
   incarnation_.store(ready->incarnation, std::memory_order_release);
+  dc_instance_.store(ready->instance, std::memory_order_release);
   // Replay from the log's durable RSSP, or from the DC's acknowledged RSSP
   // when that is higher (a crash between ProposeRssp and SetDurableRssp):
   // operations below the DC's RSSP are durable there, and resending them
@@ -259,12 +268,19 @@ void TxnManager::MaintainDc() {
   // back when it restarted (and lost what it held in memory).
   const uint64_t sent = esl_sent_.load(std::memory_order_acquire);
   const uint64_t inc = incarnation_.load(std::memory_order_acquire);
+  const uint64_t instance = dc_instance_.load(std::memory_order_acquire);
   Result<DcHealth> h = dc_->Health();
   if (!h.ok()) {
     if (DcLost(h.status())) TriggerDcRecovery(h.status().WithContext("DC health probe"));
     return;
   }
-  if (h->incarnation != inc) {
+  if (h->instance != 0 && h->instance != instance) {
+    // The DC process opened its store again since this TC restarted it: it
+    // lost whatever it held only in memory, committed operations among them.
+    TriggerDcRecovery(Status::Unavailable("DC health probe: the DC restarted (instance " +
+                                          std::to_string(h->instance) + ", was " +
+                                          std::to_string(instance) + ")"));
+  } else if (h->incarnation != inc) {
     TriggerDcRecovery(Status::StaleIncarnation(
         "DC health probe: the DC is at incarnation " + std::to_string(h->incarnation) +
         ", this TC started " + std::to_string(inc)));

@@ -397,8 +397,10 @@ Status TxnManager::health() const {
 Status TxnManager::Checkpoint() {
   if (Status s = CheckHealthy(); !s.ok()) return s;
   std::lock_guard<std::mutex> cl(checkpoint_mu_);
-  // Inside the DC section: no DC recovery runs meanwhile.
-  if (Status s = EnterDc(std::chrono::steady_clock::now() + options_.dc_wait); !s.ok()) return s;
+  // Inside the DC section: no DC recovery runs meanwhile. No waiting for
+  // one (Unavailable at once): the background thread, which runs both
+  // checkpoints and recoveries, must never wait for itself.
+  if (Status s = EnterDc(std::chrono::steady_clock::now()); !s.ok()) return s;
   struct Leave {
     TxnManager* tm;
     ~Leave() { tm->LeaveDc(); }
@@ -440,7 +442,15 @@ Status TxnManager::Checkpoint() {
 void TxnManager::BackgroundLoop() {
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!stop_) {
-    bg_cv_.wait_for(l, options_.esl_interval);
+    // While a DC recovery is due, wake for its next round even when the ESL
+    // interval is longer.
+    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(options_.esl_interval);
+    if (recovering_.load(std::memory_order_acquire)) {
+      wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
+                            next_round_ - std::chrono::steady_clock::now()),
+                        std::chrono::microseconds(100), wait);
+    }
+    bg_cv_.wait_for(l, wait);
     if (stop_) break;
     l.unlock();
     // A DC recovery when one is due, else the idle health probe.

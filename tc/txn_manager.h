@@ -180,7 +180,8 @@ class TxnManager {
   std::unique_ptr<Transaction> Begin();
 
   // Chooses an RSSP no in-flight commit is below, has the DC acknowledge it,
-  // records it in the log (which truncates). One at a time.
+  // records it in the log (which truncates). One at a time. Unavailable
+  // while a DC recovery runs.
   Status Checkpoint();
 
   // Stops the background thread and sends the final ESL. REQUIRES: no

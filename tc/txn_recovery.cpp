@@ -257,7 +257,8 @@ void TxnManager::MaintainDc() {
       round_backoff_ = std::chrono::milliseconds(0);
       return;
     }
-    DLOG_INFO("TC: DC recovery round failed (retried): {}", s.ToString());
+    // The first failure of a recovery is logged; the retries would flood.
+    if (round_backoff_.count() == 0) DLOG_INFO("TC: DC recovery round failed (retried): {}", s.ToString());
     round_backoff_ = std::clamp(round_backoff_ * 2, kFirstRoundBackoff, kMaxRoundBackoff);
     next_round_ = std::chrono::steady_clock::now() + round_backoff_;
     return;

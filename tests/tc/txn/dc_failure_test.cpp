@@ -176,7 +176,9 @@ TEST_CASE("txn dc failure: the DC process dies under 16 transferring threads and
 TEST_CASE("txn dc failure: a commit while the DC is down is committed and reads wait then get Unavailable",
           "[tc][txn][dcfail]") {
   tc::TxnOptions o = Options();
-  o.dc_probe_interval = milliseconds(0);  // the commit, not a probe, finds the DC gone
+  // The commit, not a probe or the idle ESL send, finds the DC gone.
+  o.dc_probe_interval = milliseconds(0);
+  o.esl_interval = milliseconds(60000);
   TcHarness h(/*remote=*/true, 1, o);
   {
     auto t = h.tm().Begin();

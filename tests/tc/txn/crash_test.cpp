@@ -1,8 +1,11 @@
 // Power loss during a concurrent workload (FaultInjectionEnv drops the
 // unsynced writes of the TC's log and the DC's LSS at a random moment):
 // after recovery every acknowledged commit is present with its exact
-// effects, an unacknowledged one is wholly present or wholly absent, and
-// nothing else appears.
+// effects, an unacknowledged one is wholly present or wholly absent,
+// nothing else appears, and the DC holds nothing above the recovered end of
+// the stable log. Crash points: TC and DC together, the TC alone (the DC
+// keeps running and is restarted to E), the DC alone (remote; the TC keeps
+// running and replays into it).
 #include <atomic>
 #include <chrono>
 #include <map>

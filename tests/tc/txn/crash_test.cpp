@@ -148,12 +148,17 @@ TEST_CASE("txn: power loss (whole process, TC only, DC only) during concurrent c
           "[tc][txn][crash]") {
   for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kBoth);
   for (uint64_t seed = 1; seed <= 5; ++seed) PowerLossRound(seed, 4, CrashMode3::kTcOnly);
-  for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kDcOnly);
+  // DcServer::Stop under load: not under TSan (tests/tc/txn/tc_harness.h).
+  if (!kTsanBuild) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kDcOnly);
+  }
 }
 
 TEST_CASE("txn: power loss during concurrent commits, many seeds", "[.][tc][txn][crash]") {
   for (uint64_t seed = 1; seed <= 60; ++seed) {
-    PowerLossRound(seed, 8, static_cast<CrashMode3>(seed % 3));
+    const auto mode = static_cast<CrashMode3>(seed % 3);
+    if (kTsanBuild && mode == CrashMode3::kDcOnly) continue;
+    PowerLossRound(seed, 8, mode);
   }
 }
 

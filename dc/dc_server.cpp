@@ -742,10 +742,7 @@ void DcServer::Impl::Stop() {
     accept_retry_.cancel();
   });
   for (auto& conn : open) {
-    // Moved into the handler: the last reference goes on the connection's
-    // own strand, never on this thread while its loop may still touch it.
-    auto& strand = conn->strand();
-    asio::post(strand, [conn = std::move(conn)] { conn->Close("server stopping"); });
+    asio::post(conn->strand(), [conn] { conn->Close("server stopping"); });
   }
   open.clear();
   {

@@ -29,10 +29,11 @@
 
 namespace deuteron::test {
 
-// True in ThreadSanitizer builds. DcServer::Stop while clients keep calling
-// trips TSan reports inside asio's strands (the server's shutdown, not the
-// TC: see tc/txn.md, "Not done yet"); the tests that stop a DC server under
-// load skip that part there.
+// True in ThreadSanitizer builds. DcServer::Stop while a client is still
+// connected and calling (the TC's commits, probes and recovery rounds) trips
+// TSan reports inside asio's strands (the server's shutdown, not the TC: see
+// tc/txn.md, "Not done yet"); the tests that stop a DC server under a
+// running TC skip there.
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool kTsanBuild = true;
 #elif defined(__has_feature)

@@ -2,6 +2,8 @@
 #include "dc/dc.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 #include <utility>
 
 #include "common/coding.h"
@@ -17,9 +19,12 @@ constexpr size_t kVersionOffset = 8;
 constexpr size_t kRsspOffset = 16;
 constexpr size_t kStableLssOffset = 24;   // version 2
 constexpr size_t kIncarnationOffset = 32;  // version 2
-constexpr size_t kCrcOffset = 36;          // over every byte before it
+constexpr size_t kStoreIdOffset = 36;      // version 3
+constexpr size_t kCrcOffset = 52;          // over every byte before it
+constexpr size_t kCrcOffsetV2 = 36;
 constexpr size_t kCrcOffsetV1 = 28;
 static_assert(kCrcOffset + 4 == kDcMetaSize);
+static_assert(kCrcOffsetV2 + 4 == kDcMetaSizeV2);
 static_assert(kCrcOffsetV1 + 4 == kDcMetaSizeV1);
 
 // The bound on bytes held above the ESL (0: none); NaN or a share <= 0 is
@@ -46,12 +51,13 @@ std::string EncodeDcMeta(const DcMeta& meta) {
   EncodeFixed64(&out[kRsspOffset], meta.rssp);
   EncodeFixed64(&out[kStableLssOffset], meta.stable_lss);
   EncodeFixed32(&out[kIncarnationOffset], static_cast<uint32_t>(meta.incarnation));
+  std::memcpy(&out[kStoreIdOffset], meta.store_id.data(), StoreId::kSize);
   EncodeFixed32(&out[kCrcOffset], crc32c::Mask(crc32c::Value(out.data(), kCrcOffset)));
   return out;
 }
 
 Result<DcMeta> DecodeDcMeta(Slice data) {
-  if (data.size() != kDcMetaSize && data.size() != kDcMetaSizeV1) {
+  if (data.size() != kDcMetaSize && data.size() != kDcMetaSizeV2 && data.size() != kDcMetaSizeV1) {
     return Status::Corruption("dc.meta: " + std::to_string(data.size()) + " bytes, expected " +
                               std::to_string(kDcMetaSize));
   }
@@ -70,7 +76,8 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
                                 " is newer than this build's " + std::to_string(kDcMetaVersion));
   }
   // Each version has one size.
-  if ((version == 1) != (data.size() == kDcMetaSizeV1)) {
+  const size_t size_of_version = version == 1 ? kDcMetaSizeV1 : version == 2 ? kDcMetaSizeV2 : kDcMetaSize;
+  if (data.size() != size_of_version) {
     return Status::Corruption("dc.meta: format version " + std::to_string(version) + " in " +
                               std::to_string(data.size()) + " bytes");
   }
@@ -81,6 +88,10 @@ Result<DcMeta> DecodeDcMeta(Slice data) {
   if (version >= 2) {
     meta.stable_lss = DecodeFixed64(p + kStableLssOffset);
     meta.incarnation = DecodeFixed32(p + kIncarnationOffset);
+  }
+  // Versions 1 and 2 predate store ids: nil until a TC's is adopted.
+  if (version >= 3) {
+    meta.store_id = StoreId::FromBytes(Slice(p + kStoreIdOffset, StoreId::kSize)).value();
   }
   return meta;
 }
@@ -110,6 +121,16 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   const uint64_t durable = dc->MaxDurable();
   dc->rssp_.store(meta.rssp, std::memory_order_release);
   dc->incarnation_.store(meta.incarnation, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(dc->id_mu_);
+    dc->store_id_ = meta.store_id;
+  }
+  // A new instance at every open: a TC that sees it change knows this DC
+  // lost whatever it held only in memory.
+  std::random_device rd;
+  do {
+    dc->instance_ = (static_cast<uint64_t>(rd()) << 32) | rd();
+  } while (dc->instance_ == 0);
   // Every durable bound was an ESL the TC had made durable, and an
   // acknowledged RSSP never exceeds ESL + 1.
   dc->esl_.store(std::max(durable, meta.rssp == 0 ? 0 : meta.rssp - 1),
@@ -117,8 +138,8 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   dc->backlog_.Reset(dc->esl_.load(std::memory_order_relaxed));
   dc->ready_durable_.store(durable, std::memory_order_relaxed);
   dc->last_durable_.store(durable, std::memory_order_relaxed);
-  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}", dir, meta.rssp, durable,
-            meta.incarnation);
+  DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}, store {}", dir, meta.rssp,
+            durable, meta.incarnation, meta.store_id.ToString());
   return dc;
 }
 
@@ -196,9 +217,16 @@ void Dc::AdvanceEsl(uint64_t esl) {
 uint64_t Dc::MaxDurable() const { return llama_ != nullptr ? llama_->MaxAnnotation() : 0; }
 
 DcReady Dc::ready() const {
-  return DcReady{rssp_.load(std::memory_order_acquire),
-                 ready_durable_.load(std::memory_order_relaxed),
-                 incarnation_.load(std::memory_order_acquire)};
+  DcReady r{rssp_.load(std::memory_order_acquire), ready_durable_.load(std::memory_order_relaxed),
+            incarnation_.load(std::memory_order_acquire)};
+  r.store_id = store_id();
+  r.instance = instance_;
+  return r;
+}
+
+StoreId Dc::store_id() const {
+  std::lock_guard<std::mutex> l(id_mu_);
+  return store_id_;
 }
 
 Status Dc::CheckIncarnation(uint64_t incarnation, const char* call) const {
@@ -384,7 +412,7 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
     // With what is now reported stable: damage below it is corruption, not
     // a torn tail, when the LSS is recovered.
     const uint64_t stable = llama_->HiStable();
-    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp, stable, incarnation}));
+    RETURN_IF_ERROR(WriteMeta(DcMeta{rssp, stable, incarnation, store_id()}));
     stable_lss_.store(stable, std::memory_order_relaxed);
     // Only now may consolidation purge tombstones below it.
     rssp_.store(rssp, std::memory_order_release);
@@ -392,7 +420,13 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   return Status::OK();
 }
 
-Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
+Result<DcReady> Dc::RestartTo(uint64_t stable_end) { return Restart(stable_end, nullptr); }
+
+Result<DcReady> Dc::RestartToStore(uint64_t stable_end, const StoreId& store_id) {
+  return Restart(stable_end, store_id.nil() ? nullptr : &store_id);
+}
+
+Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
   std::unique_lock<std::mutex> restart(restart_mu_, std::try_to_lock);
   if (!restart.owns_lock()) return Status::Unavailable("dc: restart or close in progress");
   if (closed_) return Status::ShuttingDown("dc: closed");
@@ -419,6 +453,15 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
     if (tree_ != nullptr) state_.store(DcState::kServing);
     return s;
   }
+  // One store: a DC of another refuses the TC before anything changes; a
+  // DC without an id adopts the TC's, in the dc.meta written next.
+  StoreId id = store_id();
+  if (tc_store != nullptr && !id.nil() && id != *tc_store) {
+    if (tree_ != nullptr) state_.store(DcState::kServing);
+    return Status::StoreMismatch("restart-to: the DC at " + dir_ + " belongs to store " +
+                                 id.ToString() + ", the TC to store " + tc_store->ToString());
+  }
+  if (tc_store != nullptr && id.nil()) id = *tc_store;
   // The new incarnation is durable before anything changes, so that no call
   // of an older one is accepted again, after a crash of this DC included.
   const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed) + 1;
@@ -426,12 +469,16 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
                       ? Status::NotSupported("restart-to: out of TC incarnations")
                       : WriteMeta(DcMeta{rssp_.load(std::memory_order_relaxed),
                                          stable_lss_.load(std::memory_order_relaxed),
-                                         incarnation});
+                                         incarnation, id});
   if (!fenced.ok()) {
     if (tree_ != nullptr) state_.store(DcState::kServing);  // nothing was dropped
     return fenced.WithContext("restart-to " + std::to_string(stable_end));
   }
   incarnation_.store(incarnation, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(id_mu_);
+    store_id_ = id;
+  }
   // Drop the cache: nothing new is flushed (what the LSS holds is what the
   // ESL allowed), no checkpoint is needed.
   Status s = CloseStore(/*clean=*/false);
@@ -451,7 +498,10 @@ Result<DcReady> Dc::RestartTo(uint64_t stable_end) {
   state_.store(DcState::kServing);
   DLOG_INFO("dc {}: restarted to {}, rssp {}, max durable lsn {}, incarnation {}", dir_,
             stable_end, rssp_.load(), durable, incarnation);
-  return DcReady{rssp_.load(std::memory_order_acquire), durable, incarnation};
+  DcReady ready{rssp_.load(std::memory_order_acquire), durable, incarnation};
+  ready.store_id = id;
+  ready.instance = instance_;
+  return ready;
 }
 
 Status Dc::Close() {
@@ -493,6 +543,8 @@ Result<DcHealth> Dc::Health() {
   h.esl = esl_.load(std::memory_order_acquire);
   h.rssp = rssp_.load(std::memory_order_acquire);
   h.incarnation = incarnation_.load(std::memory_order_acquire);
+  h.store_id = store_id();
+  h.instance = instance_;
   std::shared_lock<std::shared_mutex> hold;
   Status s = Enter(&hold);
   h.state = s.ok() ? DcState::kServing : state_.load();

@@ -84,8 +84,9 @@ inline constexpr uint64_t kReservedLsnFloor = uint64_t{1} << 62;
 inline constexpr char kDcMetaFileName[] = "dc.meta";
 inline constexpr char kDcMetaTempFileName[] = "dc.meta.tmp";
 inline constexpr uint64_t kDcMetaMagic = 0x544D43444E525444ull;  // "DTRNDCMT"
-inline constexpr uint32_t kDcMetaVersion = 2;
-inline constexpr size_t kDcMetaSize = 40;    // version 2 (written)
+inline constexpr uint32_t kDcMetaVersion = 3;
+inline constexpr size_t kDcMetaSize = 56;    // version 3 (written)
+inline constexpr size_t kDcMetaSizeV2 = 40;  // version 2 (read)
 inline constexpr size_t kDcMetaSizeV1 = 32;  // version 1 (read)
 
 // dc.meta's content; encoded as dc/dc.md says.
@@ -96,6 +97,9 @@ struct DcMeta {
   // (LssOptions::stable_floor). 0 in a version 1 file.
   uint64_t stable_lss = 0;
   uint64_t incarnation = 0;  // REQUIRES: <= kMaxIncarnation to encode
+  // The store this DC belongs to: nil until the first RestartToStore adopts
+  // a TC's (and in version 1 and 2 files).
+  StoreId store_id;
 };
 // dc.meta holds the incarnation in 32 bits; RestartTo refuses to go past it.
 inline constexpr uint64_t kMaxIncarnation = UINT32_MAX;
@@ -139,6 +143,10 @@ class Dc final : public DataComponent {
   // dc.meta before anything is dropped; if writing it fails, RestartTo
   // returns that error and the DC goes on serving the old one.
   Result<DcReady> RestartTo(uint64_t stable_end) override;
+  // RestartTo, adopting `store_id` when the DC has none (kept in dc.meta
+  // with the new incarnation); StoreMismatch, with nothing changed, when it
+  // belongs to another store.
+  Result<DcReady> RestartToStore(uint64_t stable_end, const StoreId& store_id) override;
   Result<DcStats> GetStats() override;
   Result<DcHealth> Health() override;
 
@@ -163,6 +171,9 @@ class Dc final : public DataComponent {
 
  private:
   Dc(Env* env, std::string dir, DcOptions options);
+  // RestartTo and RestartToStore (`tc_store` null: no check).
+  Result<DcReady> Restart(uint64_t stable_end, const StoreId* tc_store);
+  StoreId store_id() const;
 
   // Opens LLAMA and the tree. REQUIRES: gate_ held exclusively (or not yet
   // shared with anyone), llama_ and tree_ null.
@@ -209,6 +220,12 @@ class Dc final : public DataComponent {
   // The current TC incarnation: written only under gate_ held exclusively
   // (Open, RestartTo), after dc.meta holds it; atomic for Health.
   std::atomic<uint64_t> incarnation_{0};
+  // The store id (dc.meta): written at Open and by RestartToStore (under
+  // gate_ exclusive, after dc.meta holds it); read under id_mu_ by Health.
+  mutable std::mutex id_mu_;
+  StoreId store_id_;  // GUARDED_BY(id_mu_)
+  // Random and nonzero, new at every Open: DcReady/DcHealth::instance.
+  uint64_t instance_ = 0;
   // dc.meta's stable_lss as last written or read: OpenStore hands it to
   // LLAMA's recovery. Written under rssp_mu_ or with gate_ exclusive.
   std::atomic<uint64_t> stable_lss_{0};

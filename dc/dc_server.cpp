@@ -85,8 +85,14 @@ class Handler final : public proto::DataComponentServiceIf {
                            Value(proto::FromWireLsn(incarnation, "incarnation"))));
   }
 
-  void restartTo(proto::DcReady& out, const int64_t stable_end) override {
-    out = proto::ToWire(Value(dc_->RestartTo(Value(proto::FromWireLsn(stable_end, "stable end")))));
+  void restartTo(proto::DcReady& out, const int64_t stable_end, const std::string& store_id) override {
+    const uint64_t end = Value(proto::FromWireLsn(stable_end, "stable end"));
+    if (store_id.empty()) {  // absent (an older TC): no check
+      out = proto::ToWire(Value(dc_->RestartTo(end)));
+      return;
+    }
+    const StoreId id = Value(StoreId::FromBytes(store_id));
+    out = proto::ToWire(Value(dc_->RestartToStore(end, id)));
   }
 
   void stats(proto::DcStats& out) override { out = proto::ToWire(Value(dc_->GetStats())); }

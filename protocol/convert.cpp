@@ -190,12 +190,29 @@ DcReady ToWire(const ::deuteron::DcReady& r) {
   w.__set_rssp(Counter(r.rssp));
   w.__set_max_durable_lsn(Counter(r.max_durable_lsn));
   w.__set_incarnation(Counter(r.incarnation));
+  if (!r.store_id.nil()) w.__set_store_id(r.store_id.bytes());
+  if (r.instance != 0) w.__set_instance(Counter(r.instance));
   return w;
 }
 
+namespace {
+
+// An optional store id field: nil when absent or not 16 bytes (a peer that
+// sends a malformed one is treated as one that sends none: the DC still
+// checks the id itself on restartTo).
+::deuteron::StoreId StoreIdFromWire(bool isset, const std::string& bytes) {
+  if (!isset) return {};
+  Result<::deuteron::StoreId> id = ::deuteron::StoreId::FromBytes(bytes);
+  return id.ok() ? *id : ::deuteron::StoreId();
+}
+
+}  // namespace
+
 ::deuteron::DcReady FromWire(const DcReady& w) {
-  return ::deuteron::DcReady{Counter(w.rssp), Counter(w.max_durable_lsn),
-                             Counter(w.incarnation)};
+  ::deuteron::DcReady r{Counter(w.rssp), Counter(w.max_durable_lsn), Counter(w.incarnation)};
+  r.store_id = StoreIdFromWire(w.__isset.store_id, w.store_id);
+  r.instance = w.__isset.instance ? Counter(w.instance) : 0;
+  return r;
 }
 
 DcHealth ToWire(const ::deuteron::DcHealth& r) {
@@ -205,6 +222,8 @@ DcHealth ToWire(const ::deuteron::DcHealth& r) {
   w.__set_rssp(Counter(r.rssp));
   w.__set_max_durable_lsn(Counter(r.max_durable_lsn));
   w.__set_incarnation(Counter(r.incarnation));
+  if (!r.store_id.nil()) w.__set_store_id(r.store_id.bytes());
+  if (r.instance != 0) w.__set_instance(Counter(r.instance));
   return w;
 }
 
@@ -228,6 +247,8 @@ Result<::deuteron::DcHealth> FromWire(const DcHealth& w) {
   r.rssp = Counter(w.rssp);
   r.max_durable_lsn = Counter(w.max_durable_lsn);
   r.incarnation = Counter(w.incarnation);
+  r.store_id = StoreIdFromWire(w.__isset.store_id, w.store_id);
+  r.instance = w.__isset.instance ? Counter(w.instance) : 0;
   return r;
 }
 

@@ -31,6 +31,7 @@
 
 #include "common/slice.h"
 #include "common/status.h"
+#include "common/store_id.h"
 
 namespace deuteron {
 
@@ -94,6 +95,13 @@ struct DcReady {
   // The DC's current TC incarnation: from RestartTo, the one it started
   // (pass it on every fenced call); after an open, the last one started.
   uint64_t incarnation = 0;
+  // The store this DC belongs to (nil: none recorded yet, or a binding
+  // without store ids).
+  StoreId store_id;
+  // Changes every time the DC process opens its store (a random nonzero
+  // value; 0: a binding that does not say): a TC that sees it change knows
+  // the DC restarted and lost what it held only in memory.
+  uint64_t instance = 0;
 };
 
 enum class DcState : uint8_t {
@@ -108,6 +116,8 @@ struct DcHealth {
   uint64_t rssp = 0;  // latest RSSP acknowledged
   uint64_t max_durable_lsn = 0;
   uint64_t incarnation = 0;  // the current TC incarnation
+  StoreId store_id;          // as DcReady
+  uint64_t instance = 0;     // as DcReady
 };
 
 // Counters (monotonic since open unless said otherwise) and gauges.
@@ -162,6 +172,14 @@ class DataComponent {
   // of the TC's stable log) and reports the DC ready. The ESL becomes
   // `stable_end`. A TC calls it once when it starts, before any fenced call.
   virtual Result<DcReady> RestartTo(uint64_t stable_end) = 0;
+  // RestartTo by a TC of store `store_id` (not nil): a DC that has no store
+  // id yet adopts it (durably, before anything else changes); a DC of
+  // another store refuses with StoreMismatch and changes nothing. A binding
+  // without store ids (the default) ignores the id.
+  virtual Result<DcReady> RestartToStore(uint64_t stable_end, const StoreId& store_id) {
+    (void)store_id;
+    return RestartTo(stable_end);
+  }
 
   virtual Result<DcStats> GetStats() = 0;
   virtual Result<DcHealth> Health() = 0;

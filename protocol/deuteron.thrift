@@ -110,6 +110,11 @@ struct DcReady {
   // The incarnation this restartTo started (durable in the DC before the
   // reply); the TC passes it on every later apply, setEsl and proposeRssp.
   3: i64 incarnation,
+  // The store the DC belongs to: 16 bytes (absent: none recorded).
+  4: optional binary store_id,
+  // Changes every time the DC process opens its store (absent or 0: not
+  // said); a TC that sees it change knows the DC lost what it held in memory.
+  5: optional i64 instance,
 }
 
 enum DcState {
@@ -125,6 +130,8 @@ struct DcHealth {
   4: i64 max_durable_lsn,
   // The DC's current incarnation (the last restartTo's).
   5: i64 incarnation,
+  6: optional binary store_id,  // as DcReady
+  7: optional i64 instance,     // as DcReady
 }
 
 struct DcStats {
@@ -154,7 +161,9 @@ service DataComponentService {
   ScanResult scan(1: ScanRequest request) throws (1: DeuteronError error),
   void setEsl(1: i64 esl, 2: i64 incarnation) throws (1: DeuteronError error),
   void proposeRssp(1: i64 rssp, 2: i64 incarnation) throws (1: DeuteronError error),
-  DcReady restartTo(1: i64 stable_end) throws (1: DeuteronError error),
+  // store_id (16 bytes, absent: no check): the restarting TC's store. A DC
+  // with none adopts it; a DC of another store throws STORE_MISMATCH.
+  DcReady restartTo(1: i64 stable_end, 2: binary store_id) throws (1: DeuteronError error),
   DcStats stats() throws (1: DeuteronError error),
   DcHealth health() throws (1: DeuteronError error),
   // Presents the shared secret; answered by the server layer itself, and

@@ -395,10 +395,17 @@ Status RemoteDataComponent::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
 }
 
 Result<::deuteron::DcReady> RemoteDataComponent::RestartTo(uint64_t stable_end) {
+  return RestartToStore(stable_end, ::deuteron::StoreId());
+}
+
+Result<::deuteron::DcReady> RemoteDataComponent::RestartToStore(uint64_t stable_end,
+                                                                const ::deuteron::StoreId& store_id) {
   ASSIGN_OR_RETURN(const int64_t w, ToWireLsn(stable_end, "stable end"));
+  // Nil: the field stays empty, which the server reads as "no check".
+  const std::string id = store_id.nil() ? std::string() : store_id.bytes();
   ::deuteron::DcReady out;
   RETURN_IF_ERROR(Call(
-      "restartTo", [&](DataComponentServiceClient& c) { c.send_restartTo(w); },
+      "restartTo", [&](DataComponentServiceClient& c) { c.send_restartTo(w, id); },
       [&](DataComponentServiceClient& c) {
         protocol::DcReady r;
         c.recv_restartTo(r);

@@ -69,6 +69,8 @@ class RemoteDataComponent final : public DataComponent {
   Status SetEsl(uint64_t esl, uint64_t incarnation) override;
   Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override;
   Result<::deuteron::DcReady> RestartTo(uint64_t stable_end) override;
+  Result<::deuteron::DcReady> RestartToStore(uint64_t stable_end,
+                                             const ::deuteron::StoreId& store_id) override;
   Result<::deuteron::DcStats> GetStats() override;
   Result<::deuteron::DcHealth> Health() override;
 

@@ -4,6 +4,18 @@
 
 namespace deuteron::tc {
 
+namespace {
+
+// A directory written by a newer format is another store as far as this
+// build can tell: refuse it as such, naming the path.
+Status NewerIsMismatch(Status s, const std::string& path) {
+  if (s.code() != Code::kNotSupported) return s;
+  return Status::StoreMismatch(path + " is of a newer format than this build reads: " +
+                               std::string(s.message()));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Database>> Database::Open(const std::string& dir, DatabaseOptions options) {
   Env* env = options.env != nullptr ? options.env : Env::Posix();
   if (Status s = env->CreateDirs(dir); !s.ok()) return s;
@@ -12,10 +24,10 @@ Result<std::unique_ptr<Database>> Database::Open(const std::string& dir, Databas
   if (!lock.ok()) return lock.status();
   db->lock_ = std::move(lock).value();
   Result<std::unique_ptr<dc::Dc>> dc = dc::Dc::Open(env, dir + "/dc", options.dc);
-  if (!dc.ok()) return dc.status().WithContext("open the DC");
+  if (!dc.ok()) return NewerIsMismatch(dc.status(), dir + "/dc").WithContext("open the DC");
   db->dc_ = std::move(dc).value();
   Result<std::unique_ptr<wal::Log>> log = wal::Log::Open(env, dir + "/log", options.log);
-  if (!log.ok()) return log.status().WithContext("open the log");
+  if (!log.ok()) return NewerIsMismatch(log.status(), dir + "/log").WithContext("open the log");
   db->log_ = std::move(log).value();
   Result<std::unique_ptr<TxnManager>> tm = TxnManager::Open(db->dc_.get(), db->log_.get(), options.txn);
   if (!tm.ok()) return tm.status();

@@ -31,6 +31,8 @@ struct DatabaseOptions {
 class Database {
  public:
   // Creates `dir` when absent. Busy when another Database holds it.
+  // StoreMismatch when its log and DC belong to different stores, or when a
+  // part was written by a newer format.
   static Result<std::unique_ptr<Database>> Open(const std::string& dir, DatabaseOptions options);
   ~Database();  // Close(), errors logged
 

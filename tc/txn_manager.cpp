@@ -12,10 +12,9 @@ namespace deuteron::tc {
 
 namespace {
 
-// How often, and how long, a commit retries an Apply the DC refused with
-// Unavailable (restarting) before the TC fails.
-constexpr int kApplyRetries = 50;
-constexpr std::chrono::milliseconds kApplyRetryDelay{20};
+// How long a commit waits before it resends an Apply the DC refused with
+// Busy (backpressure).
+constexpr std::chrono::milliseconds kBusyRetryDelay{2};
 
 bool InScanRange(const ScanOptions& o, std::string_view key) {
   if (o.lower) {
@@ -59,10 +58,10 @@ Result<std::string> Transaction::Get(Slice key) {
     return *it->second;
   }
   if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kShared); !s.ok()) return Fail(std::move(s));
-  // After the lock: a failed TC may have left the DC without a committed
-  // writer's operations (or with a doubtful one's), so nothing is read.
-  if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
-  Result<ReadResult> r = tm_->dc_->Get(key);
+  // After the lock: a failed or DC-recovering TC may have left the DC
+  // without a committed writer's operations (or with a doubtful one's), so
+  // nothing is read until it serves again (DcGet waits, then Unavailable).
+  Result<ReadResult> r = tm_->DcGet(key);
   if (!r.ok()) return r.status();
   if (!r->found) return Status::NotFound("key not found");
   return std::move(r->value);
@@ -108,7 +107,7 @@ Result<std::vector<KeyValue>> Transaction::Scan(const ScanOptions& o) {
                   tm_->options_.scan_page};
   size_t fetched = 0;
   while (fetched < needed) {
-    Result<ScanResult> page = tm_->dc_->Scan(req);
+    Result<ScanResult> page = tm_->DcScan(req);
     if (!page.ok()) return page.status();
     for (ScanItem& item : page->items) {
       ++fetched;
@@ -183,63 +182,7 @@ TxnManager::~TxnManager() {
   Status s = Close();
   s.PermitUncheckedError();
   failed_.PermitUncheckedError();  // a member, read through CheckHealthy
-}
-
-Status TxnManager::Recover() {
-  const wal::Lsn end = log_->Esl();  // the end of the stable log E
-  Result<DcReady> ready = dc_->RestartTo(end - 1);
-  if (!ready.ok()) return ready.status().WithContext("TC recovery: DC restart-to");
-  incarnation_ = ready->incarnation;
-  // Replay from the log's durable RSSP, or from the DC's acknowledged RSSP
-  // when that is higher (a crash between ProposeRssp and SetDurableRssp):
-  // operations below the DC's RSSP are durable there, and resending them
-  // could resurrect a key whose tombstone the DC purged below its RSSP.
-  const uint64_t first = wal::SegmentStart(wal::kFirstSegment, log_->options().segment_size);
-  const wal::Lsn from = std::max({log_->DurableRssp(), ready->rssp, first});
-  Result<std::unique_ptr<wal::LogReader>> reader = log_->NewReader(std::min(from, end));
-  if (!reader.ok()) return reader.status().WithContext("TC recovery: log reader");
-
-  // Own the bytes `batch` borrows. A deque: dropping its front leaves the
-  // rest (the record being replayed) in place.
-  std::deque<std::string> payloads;
-  std::vector<RecordOp> batch;
-  std::vector<RecordOp> ops;
-  uint64_t replayed = 0;
-  // Applies the batch, then drops every payload but the current record's.
-  auto flush = [&]() -> Status {
-    if (batch.empty()) return Status::OK();
-    Result<ApplyResult> r = ApplyInBatches(batch, end - 1);
-    if (!r.ok()) return r.status().WithContext("TC recovery: replay");
-    replayed += batch.size();
-    batch.clear();
-    if (payloads.size() > 1) payloads.erase(payloads.begin(), payloads.end() - 1);
-    return Status::OK();
-  };
-  wal::LogRecord rec;
-  for (;;) {
-    Result<bool> more = (*reader)->Next(&rec);
-    if (!more.ok()) return more.status().WithContext("TC recovery: reading the log");
-    if (!*more) break;
-    payloads.push_back(rec.payload.ToString());
-    if (Status s = DecodeCommitRecord(payloads.back(), rec.lsn, &ops); !s.ok()) {
-      return s.WithContext("TC recovery: record at LSN " + std::to_string(rec.lsn));
-    }
-    if (rec.end - rec.lsn < ops.size()) {
-      return Status::Corruption("TC recovery: record at LSN " + std::to_string(rec.lsn) +
-                                " holds more operations than its span");
-    }
-    for (const RecordOp& op : ops) {
-      if (op.lsn < from) continue;
-      batch.push_back(op);
-      if (batch.size() >= options_.apply_batch_ops) {
-        if (Status s = flush(); !s.ok()) return s;
-      }
-    }
-  }
-  if (Status s = flush(); !s.ok()) return s;
-  replayed_ops_.store(replayed, std::memory_order_relaxed);
-  NoteEslSent(end - 1);  // RestartTo set the DC's ESL to E - 1
-  return Status::OK();
+  dc_lost_why_.PermitUncheckedError();  // a member, copied into messages
 }
 
 std::unique_ptr<Transaction> TxnManager::Begin() {
@@ -249,6 +192,7 @@ std::unique_ptr<Transaction> TxnManager::Begin() {
 
 Status TxnManager::CommitWrites(Transaction* txn) {
   if (Status s = CheckHealthy(); !s.ok()) return s;
+  const auto deadline = std::chrono::steady_clock::now() + options_.dc_wait;
   // One op per key, in key order (the write set is a map).
   std::vector<RecordOp> ops;
   ops.reserve(txn->writes_.size());
@@ -258,6 +202,13 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   }
   std::string payload;
   EncodeCommitRecord(ops, &payload);
+
+  // Append and apply inside the DC section: a DC recovery starts only when
+  // no commit is between its Append and the end of its Apply, so every
+  // record appended before a recovery is covered by that recovery's replay
+  // (tc/txn.md, "DC recovery"). While a recovery runs nothing is appended:
+  // after dc_wait the commit fails with Unavailable, leaving nothing behind.
+  if (Status s = EnterDc(deadline); !s.ok()) return s;
 
   // Register as in flight BEFORE Append, with the tail as a lower bound of
   // the span: a checkpoint must never choose an RSSP above operations that
@@ -275,12 +226,15 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   if (!span.ok()) {
     // Nothing reached the log: the transaction is simply aborted.
     done_inflight();
+    LeaveDc();
     return span.status();
   }
+  NoteAppended(span->end);
   // Every op needs its own LSN inside the span (a record spans at least its
   // payload bytes, and every op takes at least two).
   assert(span->end - span->lsn >= ops.size());
   if (span->end - span->lsn < ops.size()) {
+    LeaveDc();
     Fail(Status::Internal("commit record span shorter than its operation count"));
     return Status::Internal("commit record span shorter than its operation count");
   }
@@ -291,12 +245,21 @@ Status TxnManager::CommitWrites(Transaction* txn) {
   Status applied = ApplyCommit(ops);
   if (applied.ok()) {
     done_inflight();
+  } else if (DcLost(applied)) {
+    // The DC is gone or was taken over. The recovery this triggers starts
+    // after LeaveDc below, so its replay covers this record; no checkpoint
+    // runs before it succeeds (Checkpoint checks recovering_ after reading
+    // the in-flight set), so the entry may go now. Readers of these keys
+    // wait for the recovery: the commit is reported by its durability.
+    TriggerDcRecovery(applied);
+    done_inflight();
   } else {
     // The record is in the log and may become durable: the TC can no longer
     // serve reads that would miss it. It stays in flight (no RSSP passes
     // it); a reopen replays it.
     Fail(applied.WithContext("DC apply failed after the commit record was appended"));
   }
+  LeaveDc();
 
   Status durable = log_->WaitDurable(span->end);
   if (!durable.ok()) {
@@ -312,10 +275,19 @@ Status TxnManager::CommitWrites(Transaction* txn) {
 
 Status TxnManager::ApplyWithRetry(std::span<const RecordOp> ops) {
   const uint64_t esl = options_.piggyback_esl ? DcEsl() : 0;
-  // A retry resends everything: idempotence skips what already landed.
+  // Busy (the DC's backpressure) is retried up to dc_wait; a retry resends
+  // everything: idempotence skips what already landed, and the commits
+  // still hold their X locks, so per-key LSN order holds. Anything else
+  // goes back to the commit (a lost DC starts a DC recovery).
+  const auto deadline = std::chrono::steady_clock::now() + options_.dc_wait;
   Result<ApplyResult> applied = ApplyInBatches(ops, esl);
-  for (int i = 0; i < kApplyRetries && !applied.ok() && applied.status().IsUnavailable(); ++i) {
-    std::this_thread::sleep_for(kApplyRetryDelay);
+  while (!applied.ok() && applied.status().IsBusy()) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      applied = Status::Unavailable("DC busy for " + std::to_string(options_.dc_wait.count()) +
+                                    " ms: " + std::string(applied.status().message()));
+      break;
+    }
+    std::this_thread::sleep_for(kBusyRetryDelay);
     applied = ApplyInBatches(ops, esl);
   }
   applies_.fetch_add(1, std::memory_order_relaxed);
@@ -371,13 +343,20 @@ Result<ApplyResult> TxnManager::ApplyInBatches(std::span<const RecordOp> ops, ui
       bytes += b;
       ++end;
     }
-    Result<ApplyResult> r = dc_->Apply(ops.subspan(start, end - start), esl, incarnation_);
+    Result<ApplyResult> r =
+        dc_->Apply(ops.subspan(start, end - start), esl, incarnation_.load(std::memory_order_acquire));
     if (!r.ok()) return r.status();
     total.applied += r->applied;
     total.skipped += r->skipped;
     start = end;
   }
   return total;
+}
+
+void TxnManager::NoteAppended(wal::Lsn end) {
+  uint64_t cur = max_appended_end_.load(std::memory_order_relaxed);
+  while (cur < end && !max_appended_end_.compare_exchange_weak(cur, end, std::memory_order_relaxed)) {
+  }
 }
 
 void TxnManager::NoteEslSent(uint64_t esl) {
@@ -388,12 +367,17 @@ void TxnManager::NoteEslSent(uint64_t esl) {
 
 void TxnManager::Fail(Status s) {
   s.PermitUncheckedError();  // kept (the first) or dropped (a later one)
-  std::lock_guard<std::mutex> l(fail_mu_);
-  if (has_failed_.load(std::memory_order_relaxed)) return;
-  DLOG_ERROR("TC failed: {}", s.ToString());
-  failed_ = std::move(s);
-  failed_.PermitUncheckedError();  // callers check the copies CheckHealthy returns
-  has_failed_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> l(fail_mu_);
+    if (has_failed_.load(std::memory_order_relaxed)) return;
+    DLOG_ERROR("TC failed: {}", s.ToString());
+    failed_ = std::move(s);
+    failed_.PermitUncheckedError();  // callers check the copies CheckHealthy returns
+    has_failed_.store(true, std::memory_order_release);
+  }
+  // Wake whoever waits for a DC recovery: the failure is final.
+  { std::lock_guard<std::mutex> l(dc_mu_); }
+  dc_cv_.notify_all();
 }
 
 Status TxnManager::CheckHealthy() const {
@@ -402,11 +386,25 @@ Status TxnManager::CheckHealthy() const {
   return failed_;
 }
 
-Status TxnManager::health() const { return CheckHealthy(); }
+Status TxnManager::health() const {
+  if (Status s = CheckHealthy(); !s.ok()) return s;
+  if (recovering_.load(std::memory_order_acquire)) {
+    return Status::Unavailable("the TC is recovering the DC (restart-to and replay)");
+  }
+  return Status::OK();
+}
 
 Status TxnManager::Checkpoint() {
   if (Status s = CheckHealthy(); !s.ok()) return s;
   std::lock_guard<std::mutex> cl(checkpoint_mu_);
+  // Inside the DC section: no DC recovery runs meanwhile. No waiting for
+  // one (Unavailable at once): the background thread, which runs both
+  // checkpoints and recoveries, must never wait for itself.
+  if (Status s = EnterDc(std::chrono::steady_clock::now()); !s.ok()) return s;
+  struct Leave {
+    TxnManager* tm;
+    ~Leave() { tm->LeaveDc(); }
+  } leave{this};
   const uint64_t tail = log_->Tail();
   wal::Lsn rssp;
   {
@@ -415,13 +413,24 @@ Status TxnManager::Checkpoint() {
     std::lock_guard<std::mutex> l(inflight_mu_);
     rssp = log_->Esl();
     if (!inflight_.empty()) rssp = std::min(rssp, *inflight_.begin());
+    // A commit whose apply found the DC gone drops its entry only after it
+    // set recovering_: seen here, the RSSP could pass operations the DC
+    // lacks until the recovery replays them.
+    if (recovering_.load(std::memory_order_acquire)) {
+      return Status::Unavailable("checkpoint: the TC is recovering the DC");
+    }
   }
   if (rssp <= log_->DurableRssp()) return Status::OK();
+  const uint64_t inc = incarnation_.load(std::memory_order_acquire);
   // The DC accepts an RSSP up to its ESL + 1: bring its ESL up first.
   const uint64_t esl = DcEsl();
-  if (Status s = dc_->SetEsl(esl, incarnation_); !s.ok()) return s.WithContext("checkpoint: SetEsl");
+  if (Status s = dc_->SetEsl(esl, inc); !s.ok()) {
+    if (DcLost(s)) TriggerDcRecovery(s);
+    return s.WithContext("checkpoint: SetEsl");
+  }
   NoteEslSent(esl);
-  if (Status s = dc_->ProposeRssp(rssp, incarnation_); !s.ok()) {
+  if (Status s = dc_->ProposeRssp(rssp, inc); !s.ok()) {
+    if (DcLost(s)) TriggerDcRecovery(s);
     return s.WithContext("checkpoint: ProposeRssp");
   }
   if (Status s = log_->SetDurableRssp(rssp); !s.ok()) return s.WithContext("checkpoint: log RSSP");
@@ -433,18 +442,29 @@ Status TxnManager::Checkpoint() {
 void TxnManager::BackgroundLoop() {
   std::unique_lock<std::mutex> l(bg_mu_);
   while (!stop_) {
-    bg_cv_.wait_for(l, options_.esl_interval);
+    // While a DC recovery is due, wake for its next round even when the ESL
+    // interval is longer.
+    auto wait = std::chrono::duration_cast<std::chrono::microseconds>(options_.esl_interval);
+    if (recovering_.load(std::memory_order_acquire)) {
+      wait = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(
+                            next_round_ - std::chrono::steady_clock::now()),
+                        std::chrono::microseconds(100), wait);
+    }
+    bg_cv_.wait_for(l, wait);
     if (stop_) break;
     l.unlock();
-    if (CheckHealthy().ok()) {
+    // A DC recovery when one is due, else the idle health probe.
+    if (CheckHealthy().ok()) MaintainDc();
+    if (CheckHealthy().ok() && !recovering_.load(std::memory_order_acquire)) {
       const uint64_t esl = DcEsl();
       if (esl > esl_sent_.load(std::memory_order_relaxed)) {
-        Status s = dc_->SetEsl(esl, incarnation_);
+        Status s = dc_->SetEsl(esl, incarnation_.load(std::memory_order_acquire));
         if (s.ok()) {
           NoteEslSent(esl);
           esl_sends_.fetch_add(1, std::memory_order_relaxed);
-        } else if (s.IsStaleIncarnation()) {
-          Fail(s.WithContext("another TC restarted the DC"));
+        } else if (DcLost(s)) {
+          // Gone, or another TC restarted the DC: restart it and replay.
+          TriggerDcRecovery(s.WithContext("SetEsl"));
         } else {
           DLOG_WARN("TC: SetEsl failed (retried): {}", s.ToString());
         }
@@ -474,9 +494,14 @@ Status TxnManager::Close() {
   bg_cv_.notify_all();
   if (bg_.joinable()) bg_.join();
   if (Status s = CheckHealthy(); !s.ok()) return s;
+  // A DC recovery still pending: the log holds everything; the next Open
+  // restarts the DC and replays.
+  if (recovering_.load(std::memory_order_acquire)) return Status::OK();
   const uint64_t esl = DcEsl();
   if (esl > esl_sent_.load(std::memory_order_relaxed)) {
-    if (Status s = dc_->SetEsl(esl, incarnation_); !s.ok()) return s.WithContext("close: SetEsl");
+    Status s = dc_->SetEsl(esl, incarnation_.load(std::memory_order_acquire));
+    if (DcLost(s)) return Status::OK();  // as above: the next Open restarts it
+    if (!s.ok()) return s.WithContext("close: SetEsl");
     NoteEslSent(esl);
   }
   return Status::OK();
@@ -491,6 +516,8 @@ TxnStats TxnManager::stats() const {
   s.esl_sends = esl_sends_.load(std::memory_order_relaxed);
   s.checkpoints = checkpoints_.load(std::memory_order_relaxed);
   s.replayed_ops = replayed_ops_.load(std::memory_order_relaxed);
+  s.dc_recoveries = dc_recoveries_.load(std::memory_order_relaxed);
+  s.dc_unavailable = dc_unavailable_.load(std::memory_order_relaxed);
   return s;
 }
 

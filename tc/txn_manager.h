@@ -15,6 +15,13 @@
 //    Options::checkpoint_log_bytes of log, or Options::checkpoint_interval.
 //  - Open runs redo recovery: RestartTo(end of stable log) on the DC, replay
 //    of every commit record from the durable RSSP in batches.
+//  - DC failure while running (tc/txn.md, "DC recovery"): a DC call that
+//    finds the DC gone (Unavailable, TimedOut, IOError, ShuttingDown) or
+//    taken over (StaleIncarnation) puts the TC in DC recovery: the
+//    background thread waits for the DC, restarts it to the log's ESL (a new
+//    incarnation) and replays from the RSSP. Meanwhile reads and commits wait
+//    up to Options::dc_wait, then fail with a retryable Unavailable; a commit
+//    whose record is in the log is still reported by its durability.
 //
 // LSN conventions: the log's Esl() is an exclusive end (every record ending
 // at or below it is durable); the DC's ESL is inclusive (every LSN at or
@@ -77,6 +84,14 @@ struct TxnOptions {
   size_t max_value_size = 64 << 10;
   // Scans page through the DC this many items per call (within its max).
   uint32_t scan_page = 1000;
+  // While the DC is unreachable or being recovered, reads and commits wait
+  // this long for it, then fail with Unavailable (retryable). Also how long a
+  // call retries a DC that answers Busy (backpressure).
+  std::chrono::milliseconds dc_wait{5000};
+  // How often an idle TC asks the DC for its health, to notice a DC that
+  // restarted or was restarted by someone else while no call reached it
+  // (0: never; every fenced call notices anyway).
+  std::chrono::milliseconds dc_probe_interval{200};
 };
 
 struct TxnStats {
@@ -86,7 +101,9 @@ struct TxnStats {
   uint64_t applies = 0;          // DC Apply calls from commits (one per group)
   uint64_t esl_sends = 0;        // SetEsl calls from the background thread
   uint64_t checkpoints = 0;      // RSSPs made durable
-  uint64_t replayed_ops = 0;     // at the last Open
+  uint64_t replayed_ops = 0;     // at the last Open or DC recovery
+  uint64_t dc_recoveries = 0;    // DC recoveries completed while running
+  uint64_t dc_unavailable = 0;   // calls that gave up waiting for the DC
 };
 
 class TxnManager;
@@ -163,18 +180,23 @@ class TxnManager {
   std::unique_ptr<Transaction> Begin();
 
   // Chooses an RSSP no in-flight commit is below, has the DC acknowledge it,
-  // records it in the log (which truncates). One at a time.
+  // records it in the log (which truncates). One at a time. Unavailable
+  // while a DC recovery runs.
   Status Checkpoint();
 
   // Stops the background thread and sends the final ESL. REQUIRES: no
   // transaction active. Idempotent. Does not close the log or the DC.
   Status Close();
 
-  // OK while serving; the error that made the TC fail (a DC apply or the log
-  // failed after a record was appended) otherwise: reopen to recover.
+  // OK while serving; Unavailable while a DC recovery runs (the TC recovers
+  // by itself); the error that made the TC fail (the log failed, or the DC
+  // refused a commit's operations for a reason other than being gone)
+  // otherwise: reopen to recover.
   Status health() const;
+  // True while the TC waits for the DC, restarts it or replays into it.
+  bool dc_recovering() const { return recovering_.load(std::memory_order_acquire); }
 
-  uint64_t incarnation() const { return incarnation_; }
+  uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
   TxnStats stats() const;
   LockManager& locks() { return locks_; }
 
@@ -182,7 +204,38 @@ class TxnManager {
   friend class Transaction;
   TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options);
 
+  // Open's recovery: RestartAndReplay with the log's ESL.
   Status Recover();
+  // RestartTo(end - 1) on the DC (keeping the new incarnation), then replay
+  // of every operation with LSN >= max(log RSSP, DC RSSP) in records ending
+  // at or below `end`. REQUIRES: no commit applies or appends meanwhile.
+  Status RestartAndReplay(wal::Lsn end);
+
+  // ---- DC recovery (tc/txn_recovery.cpp) ----
+  // Whether `s` from a DC call means the DC is gone or was taken over, so the
+  // TC must restart it and replay (vs a refusal of the request itself).
+  static bool DcLost(const Status& s);
+  // Puts the TC in DC recovery (idempotent) and wakes the background thread.
+  void TriggerDcRecovery(const Status& why);
+  // Enters the DC section for a commit or checkpoint (counted in dc_users_):
+  // waits until no recovery runs, up to `deadline`, then Unavailable.
+  // Also the TC's failure, if it failed.
+  Status EnterDc(std::chrono::steady_clock::time_point deadline);
+  void LeaveDc();
+  // For reads (not counted): waits until no recovery runs, up to `deadline`.
+  Status WaitDcReady(std::chrono::steady_clock::time_point deadline);
+  // Reads through the DC, waiting out recoveries and Busy up to dc_wait.
+  Result<ReadResult> DcGet(Slice key);
+  Result<ScanResult> DcScan(const ScanRequest& request);
+  template <typename T, typename Read>
+  Result<T> ReadThroughDc(Read&& read);
+  // One round of DC recovery, on the background thread: waits until no
+  // commit is inside the DC section, makes every appended record durable,
+  // then RestartAndReplay(ESL). OK when the TC serves again.
+  Status RecoverDcRound();
+  // The background thread's share: a recovery round when one is due, or a
+  // health probe when idle for dc_probe_interval.
+  void MaintainDc();
   Status CommitWrites(Transaction* txn);
   // Applies `ops` in order, in calls within the batch limits.
   Result<ApplyResult> ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl);
@@ -193,6 +246,7 @@ class TxnManager {
   // The DC's form of the log's ESL.
   uint64_t DcEsl() const { return log_->Esl() - 1; }
   void NoteEslSent(uint64_t esl);
+  void NoteAppended(wal::Lsn end);
   void Fail(Status s);
   Status CheckHealthy() const;
   void BackgroundLoop();
@@ -201,8 +255,27 @@ class TxnManager {
   wal::Log* const log_;
   const TxnOptions options_;
   LockManager locks_;
-  uint64_t incarnation_ = 0;
+  // The DC incarnation this TC started: written by recovery while no commit
+  // is inside the DC section.
+  std::atomic<uint64_t> incarnation_{0};
+  // The DC's instance (DcReady::instance) when this TC last restarted it.
+  std::atomic<uint64_t> dc_instance_{0};
   std::atomic<TxnId> next_txn_{1};
+
+  // DC recovery state. recovering_ is set (under dc_mu_) when a DC call found
+  // the DC gone, and cleared by the background thread once a round restarted
+  // and replayed it. dc_users_ counts commits and checkpoints inside the DC
+  // section (between EnterDc and LeaveDc): a round starts only when it is 0,
+  // and none enters while recovering_.
+  mutable std::mutex dc_mu_;
+  std::condition_variable dc_cv_;
+  std::atomic<bool> recovering_{false};
+  int dc_users_ = 0;                      // GUARDED_BY(dc_mu_)
+  Status dc_lost_why_;                    // GUARDED_BY(dc_mu_): the first cause
+  std::atomic<uint64_t> max_appended_end_{0};  // highest end any Append returned
+  std::chrono::steady_clock::time_point next_round_;  // bg thread only
+  std::chrono::milliseconds round_backoff_{0};        // bg thread only
+  std::chrono::steady_clock::time_point last_probe_;  // bg thread only
 
   // In-flight commits: a lower bound of each one's first LSN, registered
   // before Append, dropped once its operations are in the DC. The RSSP never
@@ -239,6 +312,7 @@ class TxnManager {
 
   std::atomic<uint64_t> commits_{0}, ro_commits_{0}, aborts_{0}, applies_{0};
   std::atomic<uint64_t> esl_sends_{0}, checkpoints_{0}, replayed_ops_{0};
+  std::atomic<uint64_t> dc_recoveries_{0}, dc_unavailable_{0};
 };
 
 }  // namespace deuteron::tc

@@ -130,8 +130,16 @@ class Log::Impl {
       }
       meta.segment_size = seg_size_;
       meta.rssp = SegmentStart(kFirstSegment, seg_size_);
+      meta.store_id = StoreId::Random();  // a new store
       RETURN_IF_ERROR(WriteMeta(meta));
     }
+    if (meta.store_id.nil()) {
+      // A version 1 log (before store ids): it gets one now, in a version 2
+      // wal.meta. Its DC has none either (it adopts the TC's).
+      meta.store_id = StoreId::Random();
+      RETURN_IF_ERROR(WriteMeta(meta));
+    }
+    store_id_ = meta.store_id;
     rssp_.store(meta.rssp);
     const uint64_t first = SegmentOf(meta.rssp, seg_size_);
     lowest_ = first;
@@ -332,6 +340,7 @@ class Log::Impl {
   Lsn Esl() const { return esl_.load(std::memory_order_acquire); }
   Lsn Tail() const { return tail_.load(std::memory_order_relaxed); }
   Lsn DurableRssp() const { return rssp_.load(std::memory_order_acquire); }
+  const StoreId& store_id() const { return store_id_; }
 
   // ------------------------------------------------------------ RSSP
 
@@ -347,7 +356,7 @@ class Log::Impl {
                                      std::to_string(current));
     }
     if (rssp == current) return Status::OK();
-    RETURN_IF_ERROR(WriteMeta(LogMeta{seg_size_, rssp}));
+    RETURN_IF_ERROR(WriteMeta(LogMeta{seg_size_, rssp, store_id_}));
     rssp_.store(rssp, std::memory_order_release);
     const uint64_t first = SegmentOf(rssp, seg_size_);
     for (; lowest_ < first; ++lowest_) RETURN_IF_ERROR(ReleaseSegment(lowest_));
@@ -739,6 +748,7 @@ class Log::Impl {
   const std::string dir_;
   const LogOptions opts_;
   const uint64_t seg_size_;
+  StoreId store_id_;  // set by Open, then constant
   const uint64_t ring_size_;
   const std::unique_ptr<char[]> ring_;
   const uint64_t slot_count_;
@@ -818,6 +828,7 @@ Result<LogSpan> Log::Commit(Slice payload) {
 Lsn Log::Esl() const { return impl_->Esl(); }
 Lsn Log::Tail() const { return impl_->Tail(); }
 Lsn Log::DurableRssp() const { return impl_->DurableRssp(); }
+StoreId Log::store_id() const { return impl_->store_id(); }
 Status Log::SetDurableRssp(Lsn rssp) { return impl_->SetDurableRssp(rssp); }
 Result<std::unique_ptr<LogReader>> Log::NewReader(Lsn from) const {
   return impl_->NewReader(from);

@@ -113,6 +113,9 @@ class Log {
   // Where the next Append's record would start (at least).
   Lsn Tail() const;
   Lsn DurableRssp() const;
+  // The store this log belongs to (wal.meta): random, made with the log; a
+  // version 1 log gets one at its first open by this build.
+  StoreId store_id() const;
 
   // Records `rssp` durably (wal.meta replaced atomically), then recycles or
   // deletes every segment wholly below it. After a restart, reading starts at

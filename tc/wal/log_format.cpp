@@ -3,6 +3,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "common/coding.h"
 #include "common/crc32c.h"
@@ -101,27 +102,37 @@ std::string EncodeMeta(const LogMeta& meta) {
   EncodeFixed32(out.data() + 8, kFormatVersion);
   EncodeFixed64(out.data() + 16, meta.segment_size);
   EncodeFixed64(out.data() + 24, meta.rssp);
-  EncodeFixed32(out.data() + 32, crc32c::Mask(crc32c::Value(out.data(), 32)));
+  std::memcpy(out.data() + 32, meta.store_id.data(), StoreId::kSize);
+  EncodeFixed32(out.data() + 48, crc32c::Mask(crc32c::Value(out.data(), 48)));
   return out;
 }
 
 Result<LogMeta> DecodeMeta(Slice data, const std::string& path) {
-  if (data.size() != kMetaSize) {
+  if (data.size() < 12) {
     return Status::Corruption(path + ": " + std::to_string(data.size()) + " bytes, expected " +
                               std::to_string(kMetaSize));
   }
   const char* p = data.data();
   if (DecodeFixed64(p) != kMetaMagic) return Status::StoreMismatch(path + ": not a Deuteron log");
-  if (crc32c::Unmask(DecodeFixed32(p + 32)) != crc32c::Value(p, 32)) {
-    return Status::Corruption(path + ": checksum mismatch");
+  // The version decides the size; a newer one is refused whatever its size.
+  const uint32_t version = DecodeFixed32(p + 8);
+  if (version > kFormatVersion) {
+    return Status::NotSupported(path + ": log format version " + std::to_string(version) +
+                                " is newer than this program's " + std::to_string(kFormatVersion));
   }
-  if (DecodeFixed32(p + 8) > kFormatVersion) {
-    return Status::NotSupported(path + ": log format version " +
-                                std::to_string(DecodeFixed32(p + 8)) + " is newer than this program");
+  const size_t size = version <= 1 ? kMetaSizeV1 : kMetaSize;
+  const size_t crc = size - 8;  // both versions end with crc u32, reserved u32
+  if (data.size() != size) {
+    return Status::Corruption(path + ": " + std::to_string(data.size()) + " bytes, expected " +
+                              std::to_string(size) + " for format version " + std::to_string(version));
+  }
+  if (crc32c::Unmask(DecodeFixed32(p + crc)) != crc32c::Value(p, crc)) {
+    return Status::Corruption(path + ": checksum mismatch");
   }
   LogMeta meta;
   meta.segment_size = DecodeFixed64(p + 16);
   meta.rssp = DecodeFixed64(p + 24);
+  if (version >= 2) meta.store_id = StoreId::FromBytes(Slice(p + 32, StoreId::kSize)).value();
   return meta;
 }
 

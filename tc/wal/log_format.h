@@ -11,6 +11,7 @@
 
 #include "common/slice.h"
 #include "common/status.h"
+#include "common/store_id.h"
 
 namespace deuteron::wal {
 
@@ -82,19 +83,22 @@ std::string SpareFileName(uint64_t id);
 bool ParseSegmentFileName(const std::string& name, uint64_t* segment);
 bool ParseSpareFileName(const std::string& name, uint64_t* id);
 
-// The side file that holds the log's segment size and its durable RSSP,
-// replaced atomically (written to kMetaTempFileName, synced, renamed).
-//   0 magic u64 "DTRNWAL1", 8 format_version u32 (1), 12 reserved u32,
-//  16 segment_size u64, 24 rssp u64, 32 crc u32 (masked, over bytes 0..32),
-//  36 reserved u32
+// The side file that holds the log's segment size, its durable RSSP and the
+// store id, replaced atomically (written to kMetaTempFileName, synced,
+// renamed). Version 2 (written; log_format.md has version 1, still read):
+//   0 magic u64 "DTRNWAL1", 8 format_version u32 (2), 12 reserved u32,
+//  16 segment_size u64, 24 rssp u64, 32 store_id (16 bytes),
+//  48 crc u32 (masked, over bytes 0..48), 52 reserved u32
 inline constexpr char kMetaFileName[] = "wal.meta";
 inline constexpr char kMetaTempFileName[] = "wal.meta.tmp";
-inline constexpr size_t kMetaSize = 40;
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr size_t kMetaSize = 56;    // version 2
+inline constexpr size_t kMetaSizeV1 = 40;  // version 1
+inline constexpr uint32_t kFormatVersion = 2;
 
 struct LogMeta {
   uint64_t segment_size = 0;
   Lsn rssp = kNullLsn;
+  StoreId store_id;  // nil in a version 1 file
 };
 std::string EncodeMeta(const LogMeta& meta);
 // Corruption (naming `path`) for a damaged file, NotSupported for a newer

@@ -51,8 +51,9 @@ ReadResult GetKey(DataComponent* dc, const std::string& key) {
 }  // namespace
 
 TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
+  const StoreId id = StoreId::Random();
   const std::string bytes =
-      EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x1122334455667788ull, 0x8765'4321ull});
+      EncodeDcMeta(DcMeta{0x0102030405060708ull, 0x1122334455667788ull, 0x8765'4321ull, id});
   REQUIRE(bytes.size() == kDcMetaSize);
   CHECK(bytes.substr(0, 8) == "DTRNDCMT");
   Result<DcMeta> m = DecodeDcMeta(bytes);
@@ -60,6 +61,24 @@ TEST_CASE("dc.meta encodes and decodes, and rejects damage", "[dc]") {
   CHECK(m->rssp == 0x0102030405060708ull);
   CHECK(m->stable_lss == 0x1122334455667788ull);
   CHECK(m->incarnation == 0x8765'4321ull);
+  CHECK(m->store_id == id);
+  // Version 2 (40 bytes, no store id) is still read, as the nil store id.
+  {
+    std::string v2(kDcMetaSizeV2, '\0');
+    EncodeFixed64(&v2[0], kDcMetaMagic);
+    EncodeFixed32(&v2[8], 2);
+    EncodeFixed64(&v2[16], 55);
+    EncodeFixed64(&v2[24], 66);
+    EncodeFixed32(&v2[32], 9);
+    EncodeFixed32(&v2[36], crc32c::Mask(crc32c::Value(v2.data(), 36)));
+    Result<DcMeta> old = DecodeDcMeta(v2);
+    INFO(old.status().ToString());
+    REQUIRE(old.ok());
+    CHECK(old->rssp == 55);
+    CHECK(old->stable_lss == 66);
+    CHECK(old->incarnation == 9);
+    CHECK(old->store_id.nil());
+  }
 
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string bad = bytes;

@@ -129,6 +129,29 @@ TEST_CASE("Replies survive the wire round trip", "[protocol][convert]") {
   CHECK(ready.rssp == 10);
   CHECK(ready.max_durable_lsn == 20);
   CHECK(ready.incarnation == 7);
+  CHECK(ready.store_id.nil());  // not said: the fields stay absent
+  CHECK(ready.instance == 0);
+  {
+    ::deuteron::DcReady r{10, 20, 7};
+    r.store_id = ::deuteron::StoreId::Random();
+    r.instance = 99;
+    const auto wire = ToWire(r);
+    CHECK(wire.__isset.store_id);
+    const auto back = FromWire(wire);
+    CHECK(back.store_id == r.store_id);
+    CHECK(back.instance == 99);
+    ::deuteron::DcHealth hh;
+    hh.store_id = r.store_id;
+    hh.instance = 5;
+    auto h = FromWire(ToWire(hh));
+    REQUIRE(h.ok());
+    CHECK(h->store_id == r.store_id);
+    CHECK(h->instance == 5);
+    // A store id of the wrong size reads as none.
+    auto bad = ToWire(r);
+    bad.__set_store_id("short");
+    CHECK(FromWire(bad).store_id.nil());
+  }
 
   for (auto state : {::deuteron::DcState::kServing, ::deuteron::DcState::kRestarting,
                      ::deuteron::DcState::kShuttingDown}) {

@@ -21,80 +21,10 @@
 
 #include "protocol/data_component.h"
 #include "protocol/remote_dc.h"
+#include "tests/tc/cli/dc_child.h"
 
 namespace deuteron {
 namespace {
-
-// A child process running `deuteron` with args; its stdout is a pipe.
-class Child {
- public:
-  explicit Child(std::vector<std::string> args) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(DEUTERON_BIN));
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(DEUTERON_BIN, argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ != nullptr) fclose(out_);
-  }
-  // The next line of the child's stdout ("" at end of file).
-  std::string ReadLine() {
-    char buf[512];
-    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
-    return buf;
-  }
-  // Sends `sig` and returns the exit status (-1 if killed by a signal).
-  int Stop(int sig) {
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-cli-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
-// Starts `deuteron dc` on an ephemeral port and connects to it.
-uint16_t StartDc(Child* child) {
-  const std::string line = child->ReadLine();
-  INFO("first line: " << line);
-  const size_t colon = line.rfind(':', line.find(" (rssp"));
-  REQUIRE(line.find("serving") != std::string::npos);
-  REQUIRE(colon != std::string::npos);
-  return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
-}
 
 std::unique_ptr<protocol::RemoteDataComponent> Connect(uint16_t port) {
   protocol::RemoteOptions ro;

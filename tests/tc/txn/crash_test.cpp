@@ -1,8 +1,11 @@
 // Power loss during a concurrent workload (FaultInjectionEnv drops the
 // unsynced writes of the TC's log and the DC's LSS at a random moment):
 // after recovery every acknowledged commit is present with its exact
-// effects, an unacknowledged one is wholly present or wholly absent, and
-// nothing else appears.
+// effects, an unacknowledged one is wholly present or wholly absent,
+// nothing else appears, and the DC holds nothing above the recovered end of
+// the stable log. Crash points: TC and DC together, the TC alone (the DC
+// keeps running and is restarted to E), the DC alone (remote; the TC keeps
+// running and replays into it).
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -22,12 +25,21 @@ namespace {
 // and deletes a/w/(n-1).
 std::string K(const char* p, int w, int n) { return std::string(p) + "/" + std::to_string(w) + "/" + std::to_string(n); }
 
-// tc_only: the TC's log loses its unsynced writes and the TC restarts while
-// the DC keeps running; otherwise TC and DC lose power together.
-void PowerLossRound(uint64_t seed, int threads, bool tc_only) {
+// kBoth: TC and DC lose power together. kTcOnly: the TC's log loses its
+// unsynced writes and the TC restarts while the DC keeps running. kDcOnly:
+// the DC process (remote) dies with power loss of its files and comes back
+// while the TC keeps running; commits meanwhile fail with Unavailable
+// (nothing appended) and are retried.
+enum class CrashMode3 { kBoth, kTcOnly, kDcOnly };
+
+void PowerLossRound(uint64_t seed, int threads, CrashMode3 mode) {
+  const bool tc_only = mode == CrashMode3::kTcOnly;
+  const bool dc_only = mode == CrashMode3::kDcOnly;
   tc::TxnOptions o = TcHarness::Defaults();
   o.checkpoint_log_bytes = 16 << 10;  // checkpoints race with the workload too
-  TcHarness h(false, seed, o);
+  o.dc_wait = std::chrono::milliseconds(100);
+  o.dc_probe_interval = std::chrono::milliseconds(10);
+  TcHarness h(/*remote=*/dc_only, seed, o);
   std::vector<int> acked(threads, -1);     // highest acknowledged n
   std::vector<int> attempted(threads, -1); // highest n whose commit was tried
   ThreadErrors errors;
@@ -46,6 +58,13 @@ void PowerLossRound(uint64_t seed, int threads, bool tc_only) {
         attempted[w] = n;
         Status s = t->Commit();
         if (!s.ok()) {
+          if (dc_only) {
+            // The DC is away: nothing was appended; the same n again.
+            errors.Expect(s.IsUnavailable(), "commit while the DC was away: " + s.ToString());
+            if (!s.IsUnavailable()) break;
+            --n;
+            continue;
+          }
           s.PermitUncheckedError();
           break;  // the log or the TC failed: the crash happened
         }
@@ -55,15 +74,32 @@ void PowerLossRound(uint64_t seed, int threads, bool tc_only) {
   }
   std::mt19937_64 rng(seed);
   std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 80));
-  REQUIRE((tc_only ? h.log_env() : h.env()).SimulateCrash(CrashMode::kDropUnsynced).ok());
-  stop = true;
-  for (auto& t : workers) t.join();
-  errors.CheckNone();
-  // The process is gone; reopen recovers DC and TC.
-  if (tc_only) {
-    h.CrashTcOnly();
+  if (dc_only) {
+    // The DC dies and comes back; the TC and its clients carry on.
+    h.StopDc();
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 150));
+    h.StartDc();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!h.tm().health().ok() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    stop = true;
+    for (auto& t : workers) t.join();
+    errors.CheckNone();
+    REQUIRE(h.tm().health().ok());
+    CHECK(h.tm().stats().dc_recoveries >= 1);
   } else {
-    h.Crash();
+    REQUIRE((tc_only ? h.log_env() : h.env()).SimulateCrash(CrashMode::kDropUnsynced).ok());
+    stop = true;
+    for (auto& t : workers) t.join();
+    errors.CheckNone();
+    // The process is gone; reopen recovers DC and TC.
+    if (tc_only) {
+      h.CrashTcOnly();
+    } else {
+      h.Crash();
+    }
   }
   // The DC holds nothing above the recovered end of the stable log.
   const uint64_t stable_end = h.log().Esl();
@@ -108,13 +144,22 @@ void PowerLossRound(uint64_t seed, int threads, bool tc_only) {
 
 }  // namespace
 
-TEST_CASE("txn: power loss (whole process, and TC only) during concurrent commits", "[tc][txn][crash]") {
-  for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, false);
-  for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, true);
+TEST_CASE("txn: power loss (whole process, TC only, DC only) during concurrent commits",
+          "[tc][txn][crash]") {
+  for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kBoth);
+  for (uint64_t seed = 1; seed <= 5; ++seed) PowerLossRound(seed, 4, CrashMode3::kTcOnly);
+  // DcServer::Stop under load: not under TSan (tests/tc/txn/tc_harness.h).
+  if (!kTsanBuild) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kDcOnly);
+  }
 }
 
 TEST_CASE("txn: power loss during concurrent commits, many seeds", "[.][tc][txn][crash]") {
-  for (uint64_t seed = 1; seed <= 50; ++seed) PowerLossRound(seed, 8, seed % 2 == 0);
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const auto mode = static_cast<CrashMode3>(seed % 3);
+    if (kTsanBuild && mode == CrashMode3::kDcOnly) continue;
+    PowerLossRound(seed, 8, mode);
+  }
 }
 
 }  // namespace deuteron::test

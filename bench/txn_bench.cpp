@@ -78,6 +78,22 @@ std::string FourWriteRecord(int thread, uint64_t n) {
 
 // ------------------------------------------------------------------ systems
 
+// The TC's knobs, settable with --set NAME=VALUE.
+std::vector<Setting> TxnSettings() {
+  const tc::TxnOptions d;
+  return {{"coalesce_applies", "1: one committer applies the queued commits' batches at a time",
+           0, 1, d.coalesce_applies ? 1u : 0u},
+          {"lock_timeout_ms", "lock wait timeout", 1, 600000,
+           static_cast<uint64_t>(d.lock_timeout.count())}};
+}
+
+tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
+  tc::TxnOptions o;
+  o.coalesce_applies = args.SettingValue("coalesce_applies") != 0;
+  o.lock_timeout = std::chrono::milliseconds(args.SettingValue("lock_timeout_ms"));
+  return o;
+}
+
 // One transaction of a system under test. Lock failures (Deadlock,
 // TimedOut) abort it, as tc::Transaction does.
 class BenchTxn {
@@ -120,9 +136,10 @@ class EmbeddedTxn final : public BenchTxn {
 // TC and DC in this process over one directory (tc::Database).
 class EmbeddedSystem final : public TxnSystem {
  public:
-  EmbeddedSystem(const std::string& dir, const wal::LogOptions& log) {
+  EmbeddedSystem(const std::string& dir, const wal::LogOptions& log, const tc::TxnOptions& txn) {
     tc::DatabaseOptions o;
     o.log = log;
+    o.txn = txn;
     db_ = CheckOk(tc::Database::Open(dir, o), "open the embedded database");
   }
   ~EmbeddedSystem() override { CheckOk(db_->Close(), "close the embedded database"); }
@@ -351,6 +368,7 @@ int Main(int argc, char** argv) {
   info.default_threads = {1, 4, 16, 64};
   info.takes_rounds = true;
   info.settings = LogSettings();
+  for (Setting& st : TxnSettings()) info.settings.push_back(std::move(st));
   info.flags = {{"keys", "keys preloaded (not timed) and used (--quick: 100000)", "1000000"},
                 {"seconds", "seconds per point (--quick: 0.5)", "2"},
                 {"mix", "comma-separated: write (write-only), deuteronomy (84% reads)",
@@ -395,7 +413,8 @@ int Main(int argc, char** argv) {
   }
   std::unique_ptr<EmbeddedSystem> embedded;
   if (args.Wants("embedded")) {
-    embedded = std::make_unique<EmbeddedSystem>(JoinPath(scratch.path(), "embedded"), log_options);
+    embedded = std::make_unique<EmbeddedSystem>(JoinPath(scratch.path(), "embedded"), log_options,
+                                                TxnOptionsFrom(args));
     Preload(embedded.get(), keys, [&] { return embedded->db().Checkpoint(); });
   }
 

@@ -305,6 +305,7 @@ void PrintPoint(const char* system, const Workload& w, int threads, int round,
       .Set("aborts_other", r.other)
       .Set("abort_rate", Ratio(static_cast<double>(aborts), static_cast<double>(aborts + r.commits)))
       .Set("cpu_util", Ratio(r.cpu_seconds, r.seconds))
+      .Set("cpu_us_per_commit", Ratio(r.cpu_seconds * 1e6, static_cast<double>(r.commits)))
       .SetLatenciesNs(r.commit_latency);
   if (r.txn_latency.count != 0) {
     line.Set("txn_p50_us", static_cast<double>(r.txn_latency.Percentile(50)) / 1000.0)
@@ -443,10 +444,13 @@ int Main(int argc, char** argv) {
       auto run_log = [&] {
         if (!args.Wants("log")) return;
         const std::string dir = JoinPath(scratch.path(), fmt::format("log-{}-{}", round, threads));
+        double cpu_seconds = 0;
         {
           LogSystem log(dir, log_options);
+          const double cpu0 = ProcessCpuSeconds();
           log_cell = RunCommitCell(threads, seconds, FourWriteRecord,
                                    [&](int, const std::string& b) { return log.Commit(b); });
+          cpu_seconds = ProcessCpuSeconds() - cpu0;
           log.Report(fmt::format("log threads={} round {}", threads, round));
         }
         RemoveTree(dir);
@@ -454,6 +458,8 @@ int Main(int argc, char** argv) {
         ResultLine line(kBench, "commit4", "log", threads, log_cell.ops, log_cell.seconds);
         line.Set("record_bytes", uint64_t{FourWriteRecord(0, 0).size()})
             .Set("round", round)
+            .Set("cpu_util", Ratio(cpu_seconds, log_cell.seconds))
+            .Set("cpu_us_per_commit", Ratio(cpu_seconds * 1e6, static_cast<double>(log_cell.ops)))
             .SetLatenciesNs(log_cell.latency);
         line.Print();
         Progress("log threads={} round {}: {:.0f} commits/s, p50 {:.1f} us", threads, round,

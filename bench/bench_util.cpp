@@ -220,6 +220,8 @@ void ApplySetting(const ProgramInfo& info, std::string_view text, std::vector<Se
   UsageError(info, fmt::format("unknown option '{}' for --set (see --help)", name));
 }
 
+namespace {
+
 // The program flag `arg` names (--NAME), or null.
 Flag* FindFlag(std::string_view arg, std::vector<Flag>* flags) {
   if (arg.size() < 3 || arg.substr(0, 2) != "--") return nullptr;
@@ -228,6 +230,8 @@ Flag* FindFlag(std::string_view arg, std::vector<Flag>* flags) {
   }
   return nullptr;
 }
+
+}  // namespace
 
 BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* scratch) {
   ProgramSeconds();  // start the program clock

@@ -104,7 +104,9 @@ ScanIterator::~ScanIterator() {
 bool ScanIterator::Valid() const { return valid_ && txn_->active(); }
 
 void ScanIterator::Next() {
-  assert(Valid());
+  // Positioned, possibly before the transaction finished: Advance then ends
+  // the iteration with TransactionFinished.
+  assert(valid_ && "Next on an iterator past its end");
   Advance();
 }
 

@@ -61,7 +61,9 @@ class ScanIterator {
 
   // Positioned on an item: key() and value() may be read.
   bool Valid() const;
-  // Moves to the next item in scan order. REQUIRES: Valid().
+  // Moves to the next item in scan order. REQUIRES: Valid(), or Valid()
+  // was true when the transaction finished (then the iteration ends with
+  // TransactionFinished).
   void Next();
   // REQUIRES: Valid().
   const std::string& key() const;

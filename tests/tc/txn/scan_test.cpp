@@ -311,6 +311,9 @@ TEST_CASE("scan iterator: use after the transaction finished", "[tc][txn][scan]"
     }
     CHECK_FALSE(it->Valid());
     CHECK(it->status().code() == Code::kTransactionFinished);
+    it->Next();  // was positioned when the transaction finished: allowed
+    CHECK_FALSE(it->Valid());
+    CHECK(it->status().code() == Code::kTransactionFinished);
     // A scan on the finished transaction is refused too.
     auto again = t->Scan(ScanOptions{});
     REQUIRE_FALSE(again.ok());

@@ -72,6 +72,12 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
       fmt::print(out, "  {:<26} {} ({}-{}, default {})\n", o.name, o.help, o.min, o.max, o.value);
     }
   }
+  if (!info.flags.empty()) {
+    fmt::print(out, "\nProgram flags:\n");
+    for (const Flag& f : info.flags) {
+      fmt::print(out, "  --{:<16} {} (default {})\n", f.name + " V", f.help, f.value);
+    }
+  }
   if (!info.groups.empty()) {
     fmt::print(out, "\nWorkload groups:\n");
     for (const auto& [name, what] : info.groups) fmt::print(out, "  {:<18} {}\n", name, what);
@@ -154,6 +160,19 @@ uint64_t BenchArgs::SettingValue(std::string_view name) const {
   return 0;
 }
 
+const std::string& BenchArgs::FlagValue(std::string_view name) const {
+  for (const Flag& f : flags) {
+    if (f.name == name) return f.value;
+  }
+  assert(false && "flag not declared by the program");
+  static const std::string kNone;
+  return kNone;
+}
+
+void UsageExit(const ProgramInfo& info, std::string_view message) { UsageError(info, message); }
+
+std::vector<std::string> SplitList(std::string_view s) { return SplitCommas(s); }
+
 int BenchArgs::MaxThreads() const {
   int m = 1;
   for (int t : threads) m = std::max(m, t);
@@ -201,11 +220,25 @@ void ApplySetting(const ProgramInfo& info, std::string_view text, std::vector<Se
   UsageError(info, fmt::format("unknown option '{}' for --set (see --help)", name));
 }
 
+namespace {
+
+// The program flag `arg` names (--NAME), or null.
+Flag* FindFlag(std::string_view arg, std::vector<Flag>* flags) {
+  if (arg.size() < 3 || arg.substr(0, 2) != "--") return nullptr;
+  for (Flag& f : *flags) {
+    if (arg.substr(2) == f.name) return &f;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* scratch) {
   ProgramSeconds();  // start the program clock
   BenchArgs args;
   args.threads = info.default_threads;
   args.settings = info.settings;
+  args.flags = info.flags;
   std::string dir;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -241,6 +274,8 @@ BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* 
         if (!known) UsageError(info, fmt::format("unknown workload group '{}'", g));
         args.only.insert(g);
       }
+    } else if (Flag* f = FindFlag(a, &args.flags); f != nullptr) {
+      f->value = std::string(value());
     } else {
       UsageError(info, fmt::format("unknown argument '{}'", a));
     }

@@ -43,6 +43,14 @@ struct Setting {
   uint64_t value = 0;
 };
 
+// A program's own flag --NAME VALUE (a string the program parses itself),
+// with its default `value`.
+struct Flag {
+  std::string name;  // without the dashes
+  std::string help;
+  std::string value;
+};
+
 // What a program tells the parser about itself, for --help.
 struct ProgramInfo {
   std::string name;             // "llama_bench"
@@ -58,6 +66,8 @@ struct ProgramInfo {
   bool takes_records = false;
   // The options --set may change; none: the program rejects --set.
   std::vector<Setting> settings;
+  // The program's own flags (--NAME VALUE), listed by --help.
+  std::vector<Flag> flags;
 };
 
 struct BenchArgs {
@@ -73,11 +83,15 @@ struct BenchArgs {
   size_t records = 0;
   // The program's settings, --set values applied over the defaults.
   std::vector<Setting> settings;
+  // The program's own flags, given values over the defaults.
+  std::vector<Flag> flags;
 
   // Whether the group of workloads `group` should run (--only).
   bool Wants(std::string_view group) const;
   // The value of setting `name`. REQUIRES: the program declared it.
   uint64_t SettingValue(std::string_view name) const;
+  // The value of the program's flag `name`. REQUIRES: the program declared it.
+  const std::string& FlagValue(std::string_view name) const;
   int MaxThreads() const;
 };
 
@@ -106,6 +120,13 @@ class ScratchDir {
 // prints usage to stdout and exits 0; on a bad flag prints usage to stderr and
 // exits 2. `scratch` is initialized from --dir.
 BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* scratch);
+
+// Prints `message` and the usage on stderr and exits 2 (a bad value of a
+// program's own flag).
+[[noreturn]] void UsageExit(const ProgramInfo& info, std::string_view message);
+
+// Comma-separated items of `s`, empty ones dropped.
+std::vector<std::string> SplitList(std::string_view s);
 
 // Exits with status 1 after printing `what` and the error, when !s.ok().
 void CheckOk(const Status& s, std::string_view what);

@@ -21,10 +21,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -35,6 +33,7 @@
 #include <rocksdb/write_batch.h>
 
 #include "bench/bench_util.h"
+#include "bench/log_driver.h"
 #include "common/env.h"
 #include "tc/wal/log.h"
 
@@ -51,13 +50,7 @@ bool IsThroughputTarget(int threads, size_t size) {
   return size == kTargetSize && (threads == 16 || threads == 64);
 }
 
-struct CellResult {
-  uint64_t ops = 0;
-  double seconds = 0;
-  Histogram::Snapshot latency;
-  double ops_per_s() const { return Ratio(static_cast<double>(ops), seconds); }
-  double p50_us() const { return static_cast<double>(latency.Percentile(50)) / 1000.0; }
-};
+using CellResult = CommitCell;
 
 // The bytes of record `n` of committer `t`: a 16-byte key, then filler.
 std::string RecordBytes(int t, uint64_t n, size_t size) {
@@ -66,35 +59,10 @@ std::string RecordBytes(int t, uint64_t n, size_t size) {
   return r;
 }
 
-// Runs `commit(thread, n, bytes)` on `threads` threads for `seconds`, timing
-// each call. A failed commit ends the program.
-template <typename Commit>
-CellResult RunCell(int threads, size_t size, double seconds, const Commit& commit) {
-  LatencySet latencies(threads);
-  std::atomic<bool> stop{false};
-  std::atomic<uint64_t> ops{0};
-  Stopwatch sw;
-  std::thread timer([&] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-    stop.store(true);
-  });
-  RunThreads(threads, [&](int t) {
-    Histogram* h = latencies.ForThread(t);
-    uint64_t n = 0;
-    for (; !stop.load(std::memory_order_relaxed); ++n) {
-      const std::string bytes = RecordBytes(t, n, size);
-      const uint64_t t0 = NowNanos();
-      CheckOk(commit(t, bytes), "commit");
-      h->Record(NowNanos() - t0);
-    }
-    ops.fetch_add(n);
-  });
-  CellResult r;
-  r.seconds = sw.Seconds();
-  timer.join();
-  r.ops = ops.load();
-  r.latency = latencies.Merged();
-  return r;
+// Every committer appends `size`-byte records (RecordBytes).
+CellResult RunCell(int threads, size_t size, double seconds, const CommitFn& commit) {
+  return RunCommitCell(
+      threads, seconds, [size](int t, uint64_t n) { return RecordBytes(t, n, size); }, commit);
 }
 
 void PrintResult(const char* system, int threads, size_t size, int round, const CellResult& r) {
@@ -107,63 +75,15 @@ void PrintResult(const char* system, int threads, size_t size, int round, const 
 
 // ------------------------------------------------------------------ systems
 
-// The log's leader and polling knobs, settable with --set NAME=VALUE.
-std::vector<Setting> LogSettings() {
-  const wal::LogOptions d;
-  return {{"writer_spin_us",
-           "how long a leader whose record is durable keeps writing filled groups before it "
-           "hands the leadership on",
-           0, 100000, d.writer_spin_us},
-          {"committer_spin_us", "how long a waiting committer polls the ESL before it sleeps", 0,
-           100000, d.committer_spin_us}};
-}
-
-wal::LogOptions DeuteronOptions(const BenchArgs& args) {
-  wal::LogOptions o;
-  o.segment_size = 16ull << 20;
-  o.buffer_size = 4ull << 20;
-  o.spare_segments = 4;
-  o.writer_spin_us = static_cast<uint32_t>(args.SettingValue("writer_spin_us"));
-  o.committer_spin_us = static_cast<uint32_t>(args.SettingValue("committer_spin_us"));
-  return o;
-}
-
-// Every cell of one round for the deuteron system, on one log.
+// The deuteron system: the shared log driver (bench/log_driver.h).
 class DeuteronSystem {
  public:
-  DeuteronSystem(const std::string& dir, const wal::LogOptions& options) {
-    log_ = CheckOk(wal::Log::Open(Env::Posix(), dir, options), "open wal");
-    checkpointer_ = std::thread([this] {
-      std::unique_lock<std::mutex> l(mu_);
-      while (!cv_.wait_for(l, std::chrono::milliseconds(100), [this] { return done_; })) {
-        CheckOk(log_->SetDurableRssp(log_->Esl()), "wal SetDurableRssp");
-      }
-    });
-  }
-  ~DeuteronSystem() {
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    checkpointer_.join();
-    CheckOk(log_->Close(), "close wal");
-  }
-  Status Commit(const std::string& bytes) { return log_->Commit(bytes).status(); }
-  void Report(int round) const {
-    const wal::Log::Stats st = log_->GetStats();
-    Progress("deuteron round {}: {} records in {} groups, {} syncs, {} sleeps, {} hand-offs, "
-             "{} recycled, {} created",
-             round, st.records, st.groups, st.syncs, st.committer_sleeps, st.leader_handoffs,
-             st.segments_recycled, st.segments_created);
-  }
+  DeuteronSystem(const std::string& dir, const wal::LogOptions& options) : log_(dir, options) {}
+  Status Commit(const std::string& bytes) { return log_.Commit(bytes); }
+  void Report(int round) const { log_.Report(fmt::format("deuteron round {}", round)); }
 
  private:
-  std::unique_ptr<wal::Log> log_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread checkpointer_;
+  LogSystem log_;
 };
 
 // RocksDB tuned for many concurrent synchronous commits: pipelined writes
@@ -322,7 +242,7 @@ int Main(int argc, char** argv) {
     };
     auto run_deuteron = [&] {
       run_store("deuteron", [&](const std::string& d) {
-        return std::make_unique<DeuteronSystem>(d, DeuteronOptions(args));
+        return std::make_unique<DeuteronSystem>(d, BenchLogOptions(args));
       });
     };
     auto run_rocksdb = [&] {

@@ -9,7 +9,7 @@ Result<ScanPageResult> ScanPage(Transaction& txn, const ScanOptions& options, si
   assert(page_size >= 1);
   ScanOptions o = options;
   o.limit = page_size + 1;  // one more than the page: tells whether more follow
-  Result<std::vector<KeyValue>> items = txn.Scan(o);
+  Result<std::vector<KeyValue>> items = txn.ScanAll(o);
   if (!items.ok()) return std::move(items).status();
   ScanPageResult page;
   page.items = std::move(items).value();

@@ -16,21 +16,14 @@ namespace {
 // Busy (backpressure).
 constexpr std::chrono::milliseconds kBusyRetryDelay{2};
 
-bool InScanRange(const ScanOptions& o, std::string_view key) {
-  if (o.lower) {
-    if (o.lower_inclusive ? key < *o.lower : key <= *o.lower) return false;
-  }
-  if (o.upper) {
-    if (o.upper_inclusive ? key > *o.upper : key >= *o.upper) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------ Transaction
 
-Transaction::~Transaction() { Abort(); }
+Transaction::~Transaction() {
+  assert(open_scans_ == 0 && "a ScanIterator outlives its transaction");
+  Abort();
+}
 
 Status Transaction::CheckActive() const {
   if (!active_) return Status::TransactionFinished("transaction " + std::to_string(id_) + " is finished");
@@ -85,65 +78,7 @@ Status Transaction::Delete(Slice key) {
   return Status::OK();
 }
 
-Result<std::vector<KeyValue>> Transaction::Scan(const ScanOptions& o) {
-  if (Status s = CheckActive(); !s.ok()) return s;
-  std::vector<KeyValue> out;
-  if (o.lower && o.upper && *o.lower > *o.upper) return out;
-  // The lock covers the whole requested range, whatever the limit: [lo, hi),
-  // an inclusive upper bound u becomes u + '\0', its immediate successor.
-  KeyRange range{o.lower, o.upper};
-  if (o.upper && o.upper_inclusive) range.hi->push_back('\0');
-  if (Status s = tm_->locks_.LockRange(id_, range); !s.ok()) return Fail(std::move(s));
-  if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
-
-  size_t own = 0;
-  for (const auto& [k, v] : writes_) own += InScanRange(o, k) ? 1 : 0;
-  // With `limit`, limit + own DC items suffice: at most `own` of them are
-  // hidden by this transaction's deletes, and its upserts past the last DC
-  // item fetched sort after at least `limit` live items.
-  const size_t needed = o.limit == 0 ? std::numeric_limits<size_t>::max() : o.limit + own;
-  std::map<std::string, std::string, std::less<>> merged;
-  ScanRequest req{o.lower, o.lower_inclusive, o.upper, o.upper_inclusive, o.reverse,
-                  tm_->options_.scan_page};
-  size_t fetched = 0;
-  while (fetched < needed) {
-    Result<ScanResult> page = tm_->DcScan(req);
-    if (!page.ok()) return page.status();
-    for (ScanItem& item : page->items) {
-      ++fetched;
-      merged.insert_or_assign(std::move(item.key), std::move(item.value));
-    }
-    if (!page->more || page->items.empty()) break;
-    // Continue after the last item, exclusive.
-    const std::string& last = o.reverse ? merged.begin()->first : merged.rbegin()->first;
-    if (o.reverse) {
-      req.upper = last;
-      req.upper_inclusive = false;
-    } else {
-      req.lower = last;
-      req.lower_inclusive = false;
-    }
-  }
-  for (const auto& [k, v] : writes_) {
-    if (!InScanRange(o, k)) continue;
-    if (v) {
-      merged.insert_or_assign(k, *v);
-    } else {
-      merged.erase(k);
-    }
-  }
-  const size_t n = o.limit == 0 ? merged.size() : std::min(o.limit, merged.size());
-  out.reserve(n);
-  auto emit = [&](auto begin, auto end) {
-    for (auto it = begin; it != end && out.size() < n; ++it) out.push_back({it->first, it->second});
-  };
-  if (o.reverse) {
-    emit(merged.rbegin(), merged.rend());
-  } else {
-    emit(merged.begin(), merged.end());
-  }
-  return out;
-}
+// Scan and ScanAll: tc/scan_iterator.cpp.
 
 Status Transaction::Commit() {
   if (Status s = CheckActive(); !s.ok()) return s;

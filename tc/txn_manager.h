@@ -49,6 +49,7 @@
 #include "common/slice.h"
 #include "common/status.h"
 #include "protocol/data_component.h"
+#include "tc/scan_iterator.h"
 #include "tc/lock/lock_manager.h"
 #include "tc/wal/log.h"
 
@@ -108,23 +109,6 @@ struct TxnStats {
 
 class TxnManager;
 
-// A key and value from Transaction::Scan.
-struct KeyValue {
-  std::string key;
-  std::string value;
-};
-
-// Scan bounds as in protocol ScanRequest (lower inclusive by default, upper
-// exclusive by default, absent: open), plus direction and limit (0: all).
-struct ScanOptions {
-  std::optional<std::string> lower;
-  bool lower_inclusive = true;
-  std::optional<std::string> upper;
-  bool upper_inclusive = false;
-  bool reverse = false;
-  size_t limit = 0;
-};
-
 class Transaction {
  public:
   ~Transaction();  // aborts when still active
@@ -142,9 +126,13 @@ class Transaction {
   // over the limits (the transaction stays active).
   Status Put(Slice key, Slice value);
   Status Delete(Slice key);
-  // Items in the range in scan order, the DC's data merged with this
-  // transaction's writes, under an S range lock on the whole range.
-  Result<std::vector<KeyValue>> Scan(const ScanOptions& options);
+  // An iterator over the range in scan order, the DC's data merged with this
+  // transaction's writes (tc/scan_iterator.h), positioned on the first item,
+  // after an S range lock on the whole range. Lock failures as Get; a DC
+  // error while positioning is returned. The iterator pages through the DC.
+  Result<std::unique_ptr<ScanIterator>> Scan(const ScanOptions& options);
+  // Scan collected into a vector (the whole range in memory).
+  Result<std::vector<KeyValue>> ScanAll(const ScanOptions& options);
 
   // See TxnManager. On failure the transaction is finished (aborted, or in
   // doubt when the log failed after the record was appended: tc/txn.md).
@@ -156,6 +144,7 @@ class Transaction {
 
  private:
   friend class TxnManager;
+  friend class ScanIterator;
   Transaction(TxnManager* tm, TxnId id) : tm_(tm), id_(id) {}
   Status CheckActive() const;
   // After a lock failure: abort and return `s`.
@@ -166,6 +155,7 @@ class Transaction {
   bool active_ = true;
   // key -> value, or nullopt for a delete. One op per key: the last write.
   std::map<std::string, std::optional<std::string>, std::less<>> writes_;
+  int open_scans_ = 0;  // live ScanIterators, which must go first
 };
 
 class TxnManager {
@@ -202,6 +192,7 @@ class TxnManager {
 
  private:
   friend class Transaction;
+  friend class ScanIterator;
   TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options);
 
   // Open's recovery: RestartAndReplay with the log's ESL.

@@ -53,7 +53,7 @@ void Audit(tc::TxnManager& tm, int accounts, bool* retry, ThreadErrors* errors) 
   tc::ScanOptions o;
   o.lower = "acct";
   o.upper = "acct~";
-  Result<std::vector<tc::KeyValue>> r = t->Scan(o);
+  Result<std::vector<tc::KeyValue>> r = t->ScanAll(o);
   *retry = !r.ok();
   if (!r.ok()) {
     errors->Expect(Retryable(r.status()), r.status().ToString());

@@ -117,7 +117,7 @@ void PowerLossRound(uint64_t seed, int threads, CrashMode3 mode) {
   }
 
   auto t = h.tm().Begin();
-  auto all = t->Scan(tc::ScanOptions{});
+  auto all = t->ScanAll(tc::ScanOptions{});
   REQUIRE(all.ok());
   REQUIRE(t->Commit().ok());
   std::map<std::string, std::string> got;

@@ -130,7 +130,7 @@ struct Bank {
     tc::ScanOptions o;
     o.lower = "acct";
     o.upper = "acct~";
-    Result<std::vector<tc::KeyValue>> all = t->Scan(o);
+    Result<std::vector<tc::KeyValue>> all = t->ScanAll(o);
     INFO(all.status().ToString());
     REQUIRE(all.ok());
     REQUIRE(all->size() == static_cast<size_t>(accounts));
@@ -224,7 +224,7 @@ TEST_CASE("txn dc failure: a commit while the DC is down is committed and reads 
   }
   {
     auto t = h.tm().Begin();
-    Result<std::vector<tc::KeyValue>> r = t->Scan(tc::ScanOptions{});
+    Result<std::vector<tc::KeyValue>> r = t->ScanAll(tc::ScanOptions{});
     CHECK(r.status().IsUnavailable());
   }
   {

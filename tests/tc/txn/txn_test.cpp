@@ -44,7 +44,7 @@ std::optional<std::string> Read(tc::TxnManager& tm, const std::string& key) {
 
 std::map<std::string, std::string> ScanAll(tc::TxnManager& tm) {
   auto t = tm.Begin();
-  Result<std::vector<tc::KeyValue>> r = t->Scan(ScanOptions{});
+  Result<std::vector<tc::KeyValue>> r = t->ScanAll(ScanOptions{});
   INFO(r.status().ToString());
   REQUIRE(r.ok());
   REQUIRE(t->Commit().ok());
@@ -91,7 +91,7 @@ TEST_CASE("txn: reads see the transaction's own writes", "[tc][txn]") {
   CHECK(*t->Get("a") == "new");
   CHECK(*t->Get("c") == "c1");
   CHECK(t->Get("b").status().IsNotFound());
-  auto all = t->Scan(ScanOptions{});
+  auto all = t->ScanAll(ScanOptions{});
   REQUIRE(all.ok());
   REQUIRE(all->size() == 2);
   CHECK((*all)[0].key == "a");
@@ -126,7 +126,7 @@ TEST_CASE("txn: an aborted transaction leaves nothing, a read-only one logs noth
   {
     auto t = h.tm().Begin();
     REQUIRE(*t->Get("a") == "1");
-    REQUIRE(t->Scan(ScanOptions{}).ok());
+    REQUIRE(t->ScanAll(ScanOptions{}).ok());
     REQUIRE(t->Commit().ok());
   }
   CHECK(h.log().Tail() == tail);
@@ -171,7 +171,7 @@ TEST_CASE("txn: scans merge the write set with the DC (bounds, reverse, limit)",
       }
       if (o.reverse) std::reverse(want.begin(), want.end());
       if (o.limit != 0 && want.size() > o.limit) want.resize(o.limit);
-      Result<std::vector<tc::KeyValue>> got = t->Scan(o);
+      Result<std::vector<tc::KeyValue>> got = t->ScanAll(o);
       REQUIRE(got.ok());
       REQUIRE(got->size() == want.size());
       for (size_t i = 0; i < want.size(); ++i) {
@@ -198,7 +198,7 @@ TEST_CASE("txn: a scan's range lock keeps inserts out until it finishes (no phan
     o.lower = Key(10);
     o.upper = Key(20);
     auto scanner = h.tm().Begin();
-    auto first = scanner->Scan(o);
+    auto first = scanner->ScanAll(o);
     REQUIRE(first.ok());
     REQUIRE(first->size() == 2);
 
@@ -212,14 +212,14 @@ TEST_CASE("txn: a scan's range lock keeps inserts out until it finishes (no phan
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     CHECK_FALSE(inserted.load());
-    auto second = scanner->Scan(o);
+    auto second = scanner->ScanAll(o);
     REQUIRE(second.ok());
     CHECK(second->size() == 2);
     REQUIRE(scanner->Commit().ok());
     writer.join();
     CHECK(inserted.load());
     auto t = h.tm().Begin();
-    auto third = t->Scan(o);
+    auto third = t->ScanAll(o);
     REQUIRE(third.ok());
     CHECK(third->size() == 3);
     errors.CheckNone();
@@ -240,7 +240,7 @@ TEST_CASE("txn: a scan waits for a writer holding X on a key in its range", "[tc
     ScanOptions o;
     o.upper = Key(9);
     o.upper_inclusive = true;
-    auto r = t->Scan(o);
+    auto r = t->ScanAll(o);
     if (errors.Expect(r.ok(), r.status().ToString())) seen = r->size();
     errors.Expect(t->Commit().ok(), "commit");
     scanned = true;

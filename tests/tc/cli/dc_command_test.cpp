@@ -329,6 +329,8 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
       {"dc", "--dir", "/tmp/x", "--listen", "nope"},  // not HOST:PORT
       {"dc", "--dir", "/tmp/x", "--listen", "127.0.0.1:70000"},
       {"dc", "--dir", "/tmp/x", "--bogus", "1"},
+      {"dc", "--dir", "/tmp/x", "--max-frame-size", "1000", "--request-memory-limit", "999"},
+      {"dc", "--dir", "/tmp/x", "--max-frame-size", "63"},
   };
   for (const auto& args : bad) {
     INFO("args " << args.size());
@@ -338,6 +340,18 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
   Child help({"dc", "--help"});
   CHECK(help.ReadLine().find("usage: deuteron dc") != std::string::npos);
   CHECK(help.Wait() == 0);
+}
+
+TEST_CASE("deuteron dc refuses a non-loopback address without a shared secret", "[tc][cli]") {
+  char tmpl[] = "/tmp/deuteron-dc-secret-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  ::unsetenv("DEUTERON_SECRET");
+  Child child({"dc", "--dir", dir + "/store", "--listen", "0.0.0.0:0"});
+  CHECK(child.Wait() == 1);
+  Child missing({"dc", "--dir", dir + "/store", "--secret-file", dir + "/no-such-file"});
+  CHECK(missing.Wait() == 1);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

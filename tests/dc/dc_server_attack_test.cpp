@@ -223,6 +223,14 @@ void IdleAndTrickling(int idle_count, int trickle_count, std::chrono::seconds du
     }
   });
 
+  // The attack is in place once the server has taken every connection
+  // (admitted, evicting an older one); then new clients are timed.
+  const uint64_t attackers = static_cast<uint64_t>(idle_count + trickle_count);
+  CHECK(s.WaitStats(
+      [&](const server::ServerStats& x) {
+        return x.connections + x.evicted_connections + x.refused_connections >= attackers;
+      },
+      10000));
   std::chrono::milliseconds worst{0};
   int probes = 0;
   const auto end = Clock::now() + duration;
@@ -235,7 +243,7 @@ void IdleAndTrickling(int idle_count, int trickle_count, std::chrono::seconds du
     Status health = c.ok() ? (*c)->Health().status() : c.status();
     const bool ok = health.ok();
     const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-    INFO("probe " << probes << ": " << health.ToString());
+    INFO("probe " << probes << ": " << health.ToString() << " in " << took.count() << " ms");
     CHECK(ok);
     worst = std::max(worst, took);
     ++probes;
@@ -293,11 +301,17 @@ TEST_CASE("The idle timeout counts whole requests, not bytes", "[dc][server][att
   REQUIRE(slow.valid());
   const std::string frame = GetFrame(1, "k");
   const auto start = Clock::now();
+  // One byte every 40 ms, never the last one: closed while bytes still come.
+  bool closed_while_trickling = false;
   for (size_t i = 0; i + 1 < frame.size(); ++i) {
     if (!slow.WriteAll(frame.substr(i, 1))) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(40));
-    if (s.server.stats().idle_closed > 0) break;
+    if (s.server.stats().idle_closed > 0) {
+      closed_while_trickling = true;
+      break;
+    }
   }
+  CHECK(closed_while_trickling);
   CHECK(slow.WaitClosed(2000));
   CHECK(Clock::now() - start >= std::chrono::milliseconds(400));
   CHECK(s.server.stats().idle_closed == 1);

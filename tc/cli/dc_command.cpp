@@ -177,6 +177,7 @@ int RunDcCommand(int argc, char** argv) {
   so.request_memory_limit = request_memory;
   so.frame_deadline = std::chrono::milliseconds(frame_deadline_ms);
   so.shared_secret = secret;
+  so.max_multiget_keys = options.max_multiget_keys;
   dc::DcServer server(dc.get(), so);
   Status started = server.Start();
   if (!started.ok()) {

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <thrift/TProcessor.h>
 
 #include "DataComponentService.h"
@@ -28,7 +29,8 @@ constexpr size_t kReadResultOverhead = 24;
 // Thread-safe as the DataComponent is.
 class Handler final : public proto::DataComponentServiceIf {
  public:
-  explicit Handler(DataComponent* dc) : dc_(dc) {}
+  Handler(DataComponent* dc, size_t max_multiget_keys)
+      : dc_(dc), max_multiget_keys_(max_multiget_keys) {}
 
   void apply(proto::ApplyResult& out, const proto::ApplyRequest& request) override {
     std::vector<RecordOp> ops;
@@ -45,6 +47,10 @@ class Handler final : public proto::DataComponentServiceIf {
   // In slices of kMultiGetSlice keys, each charged to the reply budget as
   // it is converted: a reply headed past the frame limit stops there.
   void multiGet(std::vector<proto::ReadResult>& out, const std::vector<std::string>& keys) override {
+    if (keys.size() > max_multiget_keys_) {
+      Check(Status::TooLarge(fmt::format("multiGet of {} keys over the maximum of {}", keys.size(),
+                                         max_multiget_keys_)));
+    }
     const std::vector<Slice> slices = proto::FromWireKeys(keys);
     out.clear();
     Check(server::ChargeReply(keys.size() * kReadResultOverhead));
@@ -115,14 +121,16 @@ class Handler final : public proto::DataComponentServiceIf {
   }
 
   DataComponent* const dc_;
+  const size_t max_multiget_keys_;
 };
 
 }  // namespace
 
 class DcServer::Service final : public server::Service {
  public:
-  explicit Service(DataComponent* dc)
-      : processor_(std::make_shared<proto::DataComponentServiceProcessor>(std::make_shared<Handler>(dc))) {}
+  Service(DataComponent* dc, size_t max_multiget_keys)
+      : processor_(std::make_shared<proto::DataComponentServiceProcessor>(
+            std::make_shared<Handler>(dc, max_multiget_keys))) {}
 
   std::shared_ptr<apache::thrift::TProcessor> processor() override { return processor_; }
 
@@ -148,9 +156,10 @@ class DcServer::Service final : public server::Service {
 };
 
 DcServer::DcServer(DataComponent* dc, DcServerOptions options)
-    : service_(std::make_unique<Service>(dc)) {
-  if (options.name == "server") options.name = "DC server";
-  server_ = std::make_unique<server::FramedServer>(service_.get(), std::move(options));
+    : service_(std::make_unique<Service>(dc, options.max_multiget_keys)) {
+  server::ServerOptions base = options;
+  if (base.name == "server") base.name = "DC server";
+  server_ = std::make_unique<server::FramedServer>(service_.get(), std::move(base));
 }
 
 DcServer::~DcServer() { server_->Stop(); }

@@ -34,8 +34,12 @@
 namespace deuteron::dc {
 
 // Every limit, default and deadline of the server (protocol/protocol.md,
-// "Limits").
-using DcServerOptions = server::ServerOptions;
+// "Limits"), and the one DC limit the server must apply itself.
+struct DcServerOptions : server::ServerOptions {
+  // The served DC's DcOptions::max_multiget_keys (same default): multiGet
+  // reads in slices, so the server checks the call's key count itself.
+  size_t max_multiget_keys = 65536;
+};
 
 class DcServer {
  public:

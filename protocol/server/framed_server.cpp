@@ -151,15 +151,12 @@ void FramedServer::Impl::DoAccept() {
 }
 
 std::shared_ptr<Connection> FramedServer::Impl::PickEvictableLocked() {
-  const int64_t now = NowNs();
-  const int64_t min_idle = std::chrono::nanoseconds(FramedServer::kMinIdleToEvict).count();
   std::shared_ptr<Connection> best;
   int64_t best_last = 0;
   for (auto& [id, weak] : conns_) {
     auto c = weak.lock();
     if (!c || c->evicting() || c->running()) continue;
     const int64_t last = c->last_request_ns();
-    if (now - last < min_idle) continue;
     if (!best || last < best_last) {
       best = std::move(c);
       best_last = last;
@@ -209,7 +206,7 @@ void FramedServer::Impl::OnAccept(const boost::system::error_code& ec, Socket so
   }
   if (refuse) {
     refused_.fetch_add(1);
-    DLOG_WARN("{}: refusing a connection: {} open, the limit, none idle", options_.name,
+    DLOG_WARN("{}: refusing a connection: {} open, the limit, each running a call", options_.name,
               options_.max_connections);
     boost::system::error_code ignored;
     socket.close(ignored);
@@ -240,6 +237,13 @@ std::optional<std::string> FramedServer::Impl::Process(const ConnectionInfo& con
                                                        std::string& payload) {
   auto* data = reinterpret_cast<uint8_t*>(payload.data());
   const auto size = static_cast<uint32_t>(payload.size());
+  // The decoded request, estimated at the payload's size, while it runs.
+  struct DecodedCharge {
+    MemoryGauge& gauge;
+    size_t bytes;
+    ~DecodedCharge() { gauge.Release(bytes); }
+  } decoded{gauge_, size};
+  gauge_.Charge(size);
   std::string name;
   int32_t seqid = 0;
   bool have_header = false;

@@ -39,9 +39,11 @@
 //    first byte; a connection with no whole request for idle_timeout (and
 //    no call running) is closed.
 //  - Admission: when max_connections are open, a new connection closes the
-//    longest-idle open one (idle at least kMinIdleToEvict, no call running)
-//    rather than being refused, so idle or trickling peers never lock out a
-//    new client.
+//    open one that has gone longest without a whole request (a connection
+//    counts from its accept; one running a call is never chosen) rather
+//    than being refused, so idle or trickling peers never lock out a new
+//    client; a busy client's connections are the last to go. Only when
+//    every open connection runs a call is the new one closed at once.
 //  - Authority: with a shared secret, a connection's first call must be
 //    `authenticate(token)` with the secret; anything else, or a wrong
 //    token, gets UNAUTHENTICATED and the connection closes. Listening on a
@@ -71,7 +73,7 @@ struct ServerOptions {
   int32_t string_limit = 16 << 20;      // most bytes in one Thrift string
   int32_t container_limit = 1 << 20;    // most elements in one Thrift list
   // Connections open at once; when full, a new one evicts the longest-idle
-  // (or is closed at once when none is idle enough).
+  // (or is closed at once when every open one runs a call).
   size_t max_connections = 256;
   // A connection with no whole request for this long is closed, unless a
   // call for it is in progress. Zero: never.
@@ -91,7 +93,7 @@ struct ServerOptions {
 // Counters for tests and stats; a snapshot.
 struct ServerStats {
   size_t connections = 0;           // open now
-  uint64_t refused_connections = 0; // closed at accept: full and none evictable
+  uint64_t refused_connections = 0; // closed at accept: full, every one running a call
   uint64_t evicted_connections = 0; // closed to admit a new one
   uint64_t idle_closed = 0;         // closed by the idle timeout
   uint64_t deadline_closed = 0;     // closed by the frame deadline
@@ -103,9 +105,6 @@ struct ServerStats {
 
 class FramedServer {
  public:
-  // A connection idle at least this long may be evicted to admit a new one.
-  static constexpr std::chrono::milliseconds kMinIdleToEvict{500};
-
   // REQUIRES: service outlives the server (until Stop returns).
   FramedServer(Service* service, ServerOptions options);
   ~FramedServer();

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +24,8 @@ constexpr const char* kUsage =
     "usage: deuteron dc --dir DIR [--listen HOST:PORT] [--memory-budget BYTES]\n"
     "                   [--max-connections N] [--idle-timeout-s S] [--io-threads N]\n"
     "                   [--max-above-esl-share F]\n"
+    "                   [--max-frame-size BYTES] [--request-memory-limit BYTES]\n"
+    "                   [--frame-deadline-ms MS] [--secret-file PATH]\n"
     "\n"
     "Runs a data component server: opens (and recovers) the store in DIR, then\n"
     "serves the DC protocol (Thrift, framed binary) on HOST:PORT.\n"
@@ -31,16 +34,35 @@ constexpr const char* kUsage =
     "options:\n"
     "  --dir DIR            data directory (created if absent)\n"
     "  --listen HOST:PORT   address to serve on (default 127.0.0.1:7410;\n"
-    "                       port 0 picks a free port, printed at start)\n"
+    "                       port 0 picks a free port, printed at start).\n"
+    "                       A non-loopback address requires a shared secret.\n"
     "  --memory-budget B    cache memory budget in bytes (default 0: none)\n"
-    "  --max-connections N  connections served at once (default 256)\n"
-    "  --idle-timeout-s S   close connections idle this long (default 600)\n"
+    "  --max-connections N  connections open at once (default 256); when full,\n"
+    "                       a new one closes the one longest without a request\n"
+    "  --idle-timeout-s S   close a connection with no whole request for S\n"
+    "                       seconds (default 600)\n"
     "  --io-threads N       event loops, each one thread; reads run on them (default 4)\n"
     "  --max-above-esl-share F\n"
     "                       share of the memory budget that records above the TC's\n"
     "                       ESL (which the DC may not flush) may hold; past it apply\n"
     "                       answers BUSY naming the ESL that frees them (default 0.5;\n"
     "                       0: no bound; no bound either without a memory budget)\n"
+    "  --max-frame-size B   largest request or reply payload (default 67108864,\n"
+    "                       64 MiB): a longer frame gets TOO_LARGE and the\n"
+    "                       connection closes; a longer reply is TOO_LARGE\n"
+    "  --request-memory-limit B\n"
+    "                       bytes held for requests server-wide: frames being\n"
+    "                       read, requests queued and running, replies not yet\n"
+    "                       sent (default 134217728, 128 MiB; at least the frame\n"
+    "                       size). Past it the server stops reading (backpressure)\n"
+    "  --frame-deadline-ms MS\n"
+    "                       a frame must arrive whole, and a reply be taken by\n"
+    "                       the client, within MS of starting (default 5000)\n"
+    "  --secret-file PATH   the shared secret clients present with authenticate\n"
+    "                       (trailing newlines dropped); else the environment\n"
+    "                       variable DEUTERON_SECRET. A call before authenticate,\n"
+    "                       or a wrong token, gets UNAUTHENTICATED and the\n"
+    "                       connection closes. See protocol/protocol.md.\n"
     "  --help               show this help and exit\n";
 
 int Usage(const char* problem) {
@@ -60,6 +82,11 @@ int RunDcCommand(int argc, char** argv) {
   std::string host = "127.0.0.1";
   uint64_t port = 7410, budget = 0, max_connections = 256, idle_s = 600, io_threads = 4;
   double above_esl_share = dc::DcOptions{}.max_above_esl_share;
+  const dc::DcServerOptions defaults;
+  uint64_t max_frame = defaults.max_frame_size;
+  uint64_t request_memory = defaults.request_memory_limit;
+  uint64_t frame_deadline_ms = static_cast<uint64_t>(defaults.frame_deadline.count());
+  std::string secret_file;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -98,11 +125,43 @@ int RunDcCommand(int argc, char** argv) {
           above_esl_share > 1) {
         return Usage("--max-above-esl-share takes a number from 0 to 1");
       }
+    } else if (arg == "--max-frame-size") {
+      if (!ParseU64(value, &max_frame) || max_frame < 64 || max_frame > UINT32_MAX) {
+        return Usage("--max-frame-size takes a byte count from 64 to 4294967295");
+      }
+    } else if (arg == "--request-memory-limit") {
+      if (!ParseU64(value, &request_memory)) return Usage("--request-memory-limit takes a byte count");
+    } else if (arg == "--frame-deadline-ms") {
+      if (!ParseU64(value, &frame_deadline_ms)) {
+        return Usage("--frame-deadline-ms takes a number of milliseconds");
+      }
+    } else if (arg == "--secret-file") {
+      secret_file = value;
     } else {
       return Usage(("unknown option " + std::string(arg)).c_str());
     }
   }
   if (dir.empty()) return Usage("--dir is required");
+  if (request_memory < max_frame) {
+    return Usage("--request-memory-limit must be at least --max-frame-size");
+  }
+  std::string secret;
+  if (!secret_file.empty()) {
+    Result<std::string> read = ReadFileToString(Env::Posix(), secret_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "deuteron dc: --secret-file %s: %s\n", secret_file.c_str(),
+                   read.status().ToString().c_str());
+      return 1;
+    }
+    secret = std::move(read).value();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (secret.empty()) {
+      std::fprintf(stderr, "deuteron dc: --secret-file %s is empty\n", secret_file.c_str());
+      return 1;
+    }
+  } else if (const char* env = std::getenv("DEUTERON_SECRET"); env != nullptr) {
+    secret = env;
+  }
 
   // Block the shutdown signals in every thread (threads inherit the mask);
   // the main thread takes them with sigwait once the server runs.
@@ -129,6 +188,11 @@ int RunDcCommand(int argc, char** argv) {
   so.max_connections = max_connections;
   so.idle_timeout = std::chrono::seconds(idle_s);
   so.io_threads = static_cast<int>(io_threads);
+  so.max_frame_size = static_cast<uint32_t>(max_frame);
+  so.request_memory_limit = request_memory;
+  so.frame_deadline = std::chrono::milliseconds(frame_deadline_ms);
+  so.shared_secret = secret;
+  so.max_multiget_keys = options.max_multiget_keys;
   dc::DcServer server(dc.get(), so);
   Status started = server.Start();
   if (!started.ok()) {

@@ -171,6 +171,7 @@ class RemoteHarness : public DcHarness {
     so.port = 0;
     so.io_threads = 1;
     so.worker_threads = 4;  // the concurrency tests run several clients
+    so.max_multiget_keys = config_.max_multiget_keys;
     server_ = std::make_unique<dc::DcServer>(local_.local(), so);
     Status started = server_->Start();
     INFO(started.ToString());

@@ -605,21 +605,41 @@ TEST_CASE("A reply over the server's frame limit becomes a typed TooLarge", "[dc
   CHECK(dc->Get(Slice("b")).ok());  // the connection is still in step
 }
 
-TEST_CASE("Connections over the limit are closed, later ones served", "[dc][server]") {
+TEST_CASE("When full, a new connection evicts the longest-idle one", "[dc][server]") {
   DcServerOptions o = TestOptions();
   o.max_connections = 2;
   Served s(o);
   RawSocket a = s.Raw();
   RawSocket b = s.Raw();
   REQUIRE(s.WaitConnections(2));
+  CheckServes(a);  // b has now gone longest without a request
+  RawSocket c = s.Raw();
+  CHECK(b.WaitClosed());
+  CHECK(s.server.stats().evicted_connections == 1);
+  CheckServes(c);
   CheckServes(a);
+  CHECK(s.server.refused_connections() == 0);
+}
+
+TEST_CASE("When full and every connection runs a call, a new one is closed", "[dc][server]") {
+  DcServerOptions o = TestOptions();
+  o.max_connections = 2;
+  Served s(o);
+  s.fake.BlockRssp();
+  RawSocket a = s.Raw();
+  RawSocket b = s.Raw();
+  proto::DataComponentService_proposeRssp_args rssp;
+  rssp.rssp = 1;
+  REQUIRE(a.WriteAll(Frame(EncodeCall("proposeRssp", 1, rssp))));
+  REQUIRE(b.WriteAll(Frame(EncodeCall("proposeRssp", 1, rssp))));
+  s.fake.WaitForBlockedRssp(2);
   RawSocket c = s.Raw();
   CHECK(c.WaitClosed());
   CHECK(s.server.refused_connections() == 1);
-  CheckServes(b);
-  a.Close();
-  REQUIRE(s.WaitConnections(1));
-  RawSocket d = s.Raw();
+  s.fake.UnblockRssp();
+  REQUIRE(a.ReadFrame());
+  REQUIRE(b.ReadFrame());
+  RawSocket d = s.Raw();  // evicts the longest-idle of a and b
   CheckServes(d);
 }
 

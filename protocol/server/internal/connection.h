@@ -18,7 +18,8 @@ namespace deuteron::server::internal {
 //  - the frame being read: its whole length, reserved at its length word;
 //  - queued requests: their lengths (carried over from the frame);
 //  - a running call: its request, plus as much again for the decoded
-//    request; the reply it builds (CallContext);
+//    request while it runs (FramedServer::Impl::Process); the reply it
+//    builds (CallContext);
 //  - replies not yet written: their sizes.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -144,11 +145,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
       Close("read failed");
       return;
     }
+    // The rest of a granted frame is read under its grant; anything else
+    // first reserves a chunk.
+    if (have_len_ && frame_granted_) {
+      ReadNow(/*reserved=*/false);
+      return;
+    }
     if (!server_->gauge().TryReserve(kReadChunk, GrantCallback(Grant::kRead), &ticket_)) {
       waiting_grant_ = Grant::kRead;  // reading_ stays true: no second wait
       return;
     }
-    ReadNow();
+    ReadNow(/*reserved=*/true);
   }
 
   std::function<void()> GrantCallback(Grant kind) {
@@ -167,7 +174,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     waiting_grant_ = Grant::kNone;
     if (kind == Grant::kRead) {
-      ReadNow();
+      ReadNow(/*reserved=*/true);
       return;
     }
     frame_granted_ = true;
@@ -177,13 +184,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     AfterInput();
   }
 
-  // Reads what the socket holds (up to kReadChunk reserved before).
-  void ReadNow() {
+  // Reads what the socket holds: up to kReadChunk reserved before, or (not
+  // `reserved`) up to the rest of the granted frame being read, whose grant
+  // covers it (so a frame granted is never stuck waiting for memory).
+  void ReadNow(bool reserved) {
     MemoryGauge& gauge = server_->gauge();
     boost::system::error_code ec;
     char* buf = ReadBuffer();
-    const size_t n = socket_.read_some(asio::buffer(buf, kReadChunk), ec);
-    gauge.Release(kReadChunk - (ec ? 0 : n));
+    const size_t want =
+        reserved ? kReadChunk : std::min<size_t>(kReadChunk, frame_len_ - frame_.size());
+    const size_t n = socket_.read_some(asio::buffer(buf, want), ec);
+    if (reserved) {
+      gauge.Release(kReadChunk - (ec ? 0 : n));
+    } else if (!ec) {
+      gauge.Charge(n);  // as raw bytes; Parse moves them under the grant
+    }
     reading_ = false;
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
       MaybeRead();
@@ -293,14 +308,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     busy_ = true;
     running_.store(true, std::memory_order_relaxed);
-    server_->gauge().Charge(charge);  // the decoded request, as much again
     if (server_->service()->RunsInline(method)) {
       // Posted, not run here, so that a burst of pipelined reads still lets
       // the strand's reads and writes in between them.
       asio::post(strand_, [self = shared_from_this(), payload = std::move(payload), charge] {
         std::optional<std::string> reply;
         if (!self->closed_) reply = self->server_->Process(self->info_, *payload);
-        self->OnProcessed(std::move(reply), 2 * charge);
+        self->OnProcessed(std::move(reply), charge);
       });
       return;
     }
@@ -314,7 +328,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       }
       payload.reset();
       asio::post(self->strand_, [self, reply = std::move(reply), charge]() mutable {
-        self->OnProcessed(std::move(reply), 2 * charge);
+        self->OnProcessed(std::move(reply), charge);
       });
     });
   }

@@ -262,6 +262,8 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
       {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "1.5"},
       {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "-0.1"},
       {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "half"},
+      {"dc", "--dir", "/tmp/x", "--max-frame-size", "1000", "--request-memory-limit", "999"},
+      {"dc", "--dir", "/tmp/x", "--max-frame-size", "63"},
   };
   for (const auto& args : bad) {
     INFO("args " << args.size());
@@ -271,6 +273,18 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
   Child help({"dc", "--help"});
   CHECK(help.ReadLine().find("usage: deuteron dc") != std::string::npos);
   CHECK(help.Wait() == 0);
+}
+
+TEST_CASE("deuteron dc refuses a non-loopback address without a shared secret", "[tc][cli]") {
+  char tmpl[] = "/tmp/deuteron-dc-secret-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  ::unsetenv("DEUTERON_SECRET");
+  Child child({"dc", "--dir", dir + "/store", "--listen", "0.0.0.0:0"});
+  CHECK(child.Wait() == 1);
+  Child missing({"dc", "--dir", dir + "/store", "--secret-file", dir + "/no-such-file"});
+  CHECK(missing.Wait() == 1);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

@@ -171,6 +171,9 @@ class Dc final : public DataComponent {
 
   // Test hook: the destructor neither flushes nor closes, as after a crash.
   void TEST_SkipCloseOnDestroy() { skip_close_ = true; }
+  // Test hook: LLAMA (null while restarting or closed). REQUIRES: no
+  // concurrent RestartTo or Close.
+  llama::Llama* TEST_llama() { return llama_.get(); }
   // Test hook: the tree (null while restarting or closed). REQUIRES: no
   // concurrent RestartTo or Close.
   bwtree::BwTree* TEST_tree() { return tree_.get(); }

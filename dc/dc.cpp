@@ -6,6 +6,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/heap.h"
 #include "common/logging.h"
 
 namespace deuteron::dc {
@@ -439,7 +440,10 @@ Status Dc::Close() {
 // ---- Maintenance ------------------------------------------------------------------
 
 void Dc::StartMaintenance() {
-  if (options_.checkpoint_interval_bytes == 0 && options_.checkpoint_interval_ms == 0) return;
+  if (options_.checkpoint_interval_bytes == 0 && options_.checkpoint_interval_ms == 0 &&
+      options_.heap_purge_above == 0) {
+    return;
+  }
   maintenance_ = std::thread([this] { MaintenanceLoop(); });
 }
 
@@ -460,6 +464,16 @@ void Dc::MaintenanceLoop() {
     maintenance_cv_.wait_for(lock, period, [this] { return maintenance_stop_; });
     if (maintenance_stop_) return;
     lock.unlock();
+    if (options_.heap_purge_above != 0) {
+      const uint64_t resident = HeapBytesResident();
+      if (resident > options_.heap_purge_above) {
+        const uint64_t in_use = HeapBytesInUse();
+        if (resident > in_use && resident - in_use > options_.heap_purge_above / 16) {
+          PurgeHeap();
+          heap_purges_.fetch_add(1, std::memory_order_relaxed);
+        }
+      }
+    }
     {
       // Never waits on a restart or close: the look is skipped instead.
       std::shared_lock<std::shared_mutex> hold;

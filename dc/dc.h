@@ -93,6 +93,11 @@ struct DcOptions {
   // time from start to ready. 0 turns that trigger off; both 0: no thread.
   uint64_t checkpoint_interval_bytes = uint64_t{64} << 20;
   uint64_t checkpoint_interval_ms = 60'000;
+  // Process-wide, for a DC that owns its process (deuteron dc sets it to the
+  // memory budget): when the allocator holds more than this resident, and a
+  // sixteenth of it is freed pages it keeps, the background thread gives
+  // those back to the OS (PurgeHeap, common/heap.h). 0: never.
+  uint64_t heap_purge_above = 0;
   // How often the background thread looks (at most).
   uint64_t maintenance_period_ms = 100;
 };
@@ -164,6 +169,8 @@ class Dc final : public DataComponent {
   // since open: the user bytes write amplification is counted against
   // (LSS bytes written / user bytes).
   uint64_t user_bytes_applied() const { return user_bytes_.load(std::memory_order_relaxed); }
+  // Heap purges the background thread asked for since open.
+  uint64_t heap_purges() const { return heap_purges_.load(std::memory_order_relaxed); }
   // Checkpoints the background thread wrote since open.
   uint64_t periodic_checkpoints() const {
     return periodic_checkpoints_.load(std::memory_order_relaxed);
@@ -206,7 +213,8 @@ class Dc final : public DataComponent {
   Status WriteMeta(const DcMeta& meta);
   Result<DcMeta> ReadMeta();
   uint64_t MaxDurable() const;  // REQUIRES: a hold on gate_
-  // The background thread: periodic checkpoints (DcOptions).
+  // The background thread: periodic checkpoints and heap purges
+  // (DcOptions).
   void StartMaintenance();
   void StopMaintenance();
   void MaintenanceLoop();
@@ -248,7 +256,7 @@ class Dc final : public DataComponent {
   // Relaxed counters: statistics only.
   std::atomic<uint64_t> applies_{0}, ops_applied_{0}, ops_skipped_{0}, gets_{0};
   std::atomic<uint64_t> scans_{0}, scan_items_{0}, rssp_proposals_{0}, restarts_{0};
-  std::atomic<uint64_t> user_bytes_{0}, periodic_checkpoints_{0};
+  std::atomic<uint64_t> user_bytes_{0}, periodic_checkpoints_{0}, heap_purges_{0};
 
   // The maintenance thread (periodic checkpoints).
   std::thread maintenance_;

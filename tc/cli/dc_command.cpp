@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "common/env.h"
+#include "common/heap.h"
 #include "common/status.h"
 #include "dc/dc.h"
 #include "dc/dc_server.h"
@@ -22,6 +23,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: deuteron dc --dir DIR [--listen HOST:PORT] [--memory-budget BYTES]\n"
     "                   [--max-connections N] [--idle-timeout-s S] [--io-threads N]\n"
+    "                   [--cleaning-trigger N] [--cleaning-target N]\n"
+    "                   [--checkpoint-bytes B] [--checkpoint-ms MS] [--heap-decay-ms MS]\n"
     "\n"
     "Runs a data component server: opens (and recovers) the store in DIR, then\n"
     "serves the DC protocol (Thrift, framed binary) on HOST:PORT.\n"
@@ -31,10 +34,24 @@ constexpr const char* kUsage =
     "  --dir DIR            data directory (created if absent)\n"
     "  --listen HOST:PORT   address to serve on (default 127.0.0.1:7410;\n"
     "                       port 0 picks a free port, printed at start)\n"
-    "  --memory-budget B    cache memory budget in bytes (default 0: none)\n"
+    "  --memory-budget B    the process's memory budget in bytes (default 0: none):\n"
+    "                       the cache gets B less the flush buffers (16 MiB), at\n"
+    "                       least B/2, and freed memory the allocator keeps is\n"
+    "                       purged over B; peak resident memory stays within\n"
+    "                       1.1 B plus a fixed allowance (dc/dc.md)\n"
     "  --max-connections N  connections served at once (default 256)\n"
     "  --idle-timeout-s S   close connections idle this long (default 600)\n"
     "  --io-threads N       event loops, each one thread; reads run on them (default 4)\n"
+    "  --cleaning-trigger N clean the LSS when more than N 64 MiB segments are\n"
+    "                       held uncleaned, or twice what the last cleaning left\n"
+    "                       (default 4; 0: never clean)\n"
+    "  --cleaning-target N  clean until N segments remain uncleaned (default 2)\n"
+    "  --checkpoint-bytes B checkpoint once the LSS grew B bytes past the last\n"
+    "                       checkpoint: bounds recovery (default 67108864; 0: off)\n"
+    "  --checkpoint-ms MS   checkpoint after MS with anything written (default\n"
+    "                       60000; 0: off)\n"
+    "  --heap-decay-ms MS   the allocator returns freed pages to the OS over MS\n"
+    "                       (default 1000; -1: jemalloc's own settings)\n"
     "  --help               show this help and exit\n";
 
 int Usage(const char* problem) {
@@ -53,6 +70,10 @@ int RunDcCommand(int argc, char** argv) {
   std::string dir;
   std::string host = "127.0.0.1";
   uint64_t port = 7410, budget = 0, max_connections = 256, idle_s = 600, io_threads = 4;
+  dc::DcOptions options;
+  uint64_t cleaning_trigger = options.llama.cleaning_trigger_segments;
+  uint64_t cleaning_target = options.llama.cleaning_target_segments;
+  int64_t heap_decay_ms = HeapRetention{}.dirty_decay_ms;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -84,6 +105,32 @@ int RunDcCommand(int argc, char** argv) {
       if (!ParseU64(value, &io_threads) || io_threads == 0 || io_threads > 256) {
         return Usage("--io-threads takes a count from 1 to 256");
       }
+    } else if (arg == "--cleaning-trigger") {
+      if (!ParseU64(value, &cleaning_trigger) || cleaning_trigger > 1'000'000) {
+        return Usage("--cleaning-trigger takes a segment count up to 1000000");
+      }
+    } else if (arg == "--cleaning-target") {
+      if (!ParseU64(value, &cleaning_target) || cleaning_target == 0 ||
+          cleaning_target > 1'000'000) {
+        return Usage("--cleaning-target takes a segment count from 1 to 1000000");
+      }
+    } else if (arg == "--checkpoint-bytes") {
+      if (!ParseU64(value, &options.checkpoint_interval_bytes)) {
+        return Usage("--checkpoint-bytes takes a byte count");
+      }
+    } else if (arg == "--checkpoint-ms") {
+      if (!ParseU64(value, &options.checkpoint_interval_ms)) {
+        return Usage("--checkpoint-ms takes a number of milliseconds");
+      }
+    } else if (arg == "--heap-decay-ms") {
+      uint64_t ms = 0;
+      if (value == "-1") {
+        heap_decay_ms = -1;
+      } else if (ParseU64(value, &ms) && ms <= 3'600'000) {
+        heap_decay_ms = static_cast<int64_t>(ms);
+      } else {
+        return Usage("--heap-decay-ms takes milliseconds up to 3600000, or -1");
+      }
     } else {
       return Usage(("unknown option " + std::string(arg)).c_str());
     }
@@ -98,8 +145,22 @@ int RunDcCommand(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  dc::DcOptions options;
-  options.llama.memory_budget = budget;
+  if (cleaning_trigger != 0 && cleaning_target > cleaning_trigger) {
+    return Usage("--cleaning-target may not exceed --cleaning-trigger");
+  }
+  options.llama.cleaning_trigger_segments = cleaning_trigger;
+  options.llama.cleaning_target_segments = cleaning_target;
+  // The budget is the process's (dc/dc.md, "The memory budget").
+  options.llama.memory_budget = dc::CacheBudgetFor(budget, options.llama.lss);
+  options.heap_purge_above = budget;
+  if (heap_decay_ms >= 0) {
+    HeapRetention retention;
+    retention.dirty_decay_ms = heap_decay_ms;
+    Status s = ConfigureHeapRetention(retention);
+    if (!s.ok() && s.code() != Code::kNotSupported) {
+      std::fprintf(stderr, "deuteron dc: allocator settings: %s\n", s.ToString().c_str());
+    }
+  }
   Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(Env::Posix(), dir, options);
   if (!opened.ok()) {
     std::fprintf(stderr, "deuteron dc: open %s: %s\n", dir.c_str(),

@@ -77,6 +77,23 @@ uint64_t HeapBytesResident() {
 #endif
 }
 
+uint64_t HeapBytesRetained() {
+#if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
+  uint64_t epoch = 1;
+  size_t len = sizeof(epoch);
+  if (mallctl("epoch", &epoch, &len, &epoch, sizeof(epoch)) != 0) return 0;
+  size_t page = 0, dirty = 0, muzzy = 0;
+  // MALLCTL_ARENAS_ALL (4096): the sum over every arena.
+  if (!ReadCtl("arenas.page", &page) || !ReadCtl("stats.arenas.4096.pdirty", &dirty) ||
+      !ReadCtl("stats.arenas.4096.pmuzzy", &muzzy)) {
+    return 0;
+  }
+  return static_cast<uint64_t>(dirty + muzzy) * page;
+#else
+  return 0;
+#endif
+}
+
 Status ConfigureHeapRetention(const HeapRetention& retention) {
 #if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
   using ssize = long;  // jemalloc's ssize_t

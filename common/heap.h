@@ -33,6 +33,11 @@ uint64_t HeapBytesInUse();
 // allocator does not say (glibc, sanitizers).
 uint64_t HeapBytesResident();
 
+// Bytes of freed pages the allocator keeps mapped for reuse (jemalloc's
+// dirty and muzzy pages, all arenas): what PurgeHeap gives back. 0 where the
+// allocator does not say.
+uint64_t HeapBytesRetained();
+
 // How long the allocator keeps freed pages before giving them back to the OS.
 struct HeapRetention {
   // Give pages back on jemalloc's background threads (one per CPU at most,

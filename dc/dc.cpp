@@ -465,13 +465,13 @@ void Dc::MaintenanceLoop() {
     if (maintenance_stop_) return;
     lock.unlock();
     if (options_.heap_purge_above != 0) {
-      const uint64_t resident = HeapBytesResident();
-      if (resident > options_.heap_purge_above) {
-        const uint64_t in_use = HeapBytesInUse();
-        if (resident > in_use && resident - in_use > options_.heap_purge_above / 16) {
-          PurgeHeap();
-          heap_purges_.fetch_add(1, std::memory_order_relaxed);
-        }
+      // Only freed pages can be given back: purging over a resident figure
+      // made of pages in use (or of the allocator's own fragmentation)
+      // would cost a walk of every arena for nothing.
+      if (HeapBytesResident() > options_.heap_purge_above &&
+          HeapBytesRetained() > options_.heap_purge_above / 16) {
+        PurgeHeap();
+        heap_purges_.fetch_add(1, std::memory_order_relaxed);
       }
     }
     {

@@ -94,9 +94,10 @@ struct DcOptions {
   uint64_t checkpoint_interval_bytes = uint64_t{64} << 20;
   uint64_t checkpoint_interval_ms = 60'000;
   // Process-wide, for a DC that owns its process (deuteron dc sets it to the
-  // memory budget): when the allocator holds more than this resident, and a
-  // sixteenth of it is freed pages it keeps, the background thread gives
-  // those back to the OS (PurgeHeap, common/heap.h). 0: never.
+  // memory budget): when the allocator holds more than this resident, and
+  // freed pages it keeps (HeapBytesRetained) make more than a sixteenth of
+  // it, the background thread gives those back to the OS (PurgeHeap,
+  // common/heap.h). 0: never.
   uint64_t heap_purge_above = 0;
   // How often the background thread looks (at most).
   uint64_t maintenance_period_ms = 100;

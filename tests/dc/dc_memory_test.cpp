@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -116,6 +117,8 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
   ResetPeakRss();
   const auto start = std::chrono::steady_clock::now();
   uint64_t purges = 0;
+  uint64_t max_cache = 0, max_allocated = 0, max_resident = 0, max_rss = 0;
+  const uint64_t allocated_before = HeapBytesInUse();
   {
     Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(&env, dir.path, o);
     INFO(opened.status().ToString());
@@ -142,6 +145,14 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
       if (since_rssp >= budget) {
         REQUIRE(dc->ProposeRssp(lsn, 0).ok());
         since_rssp = 0;
+        // Where the memory is, for the figures: the cache's count, what the
+        // allocator has handed out, what it holds resident.
+        Result<DcStats> stats = dc->GetStats();
+        REQUIRE(stats.ok());
+        max_cache = std::max<uint64_t>(max_cache, stats->memory_bytes);
+        max_allocated = std::max(max_allocated, HeapBytesInUse());
+        max_resident = std::max(max_resident, HeapBytesResident());
+        max_rss = std::max(max_rss, ProcStatusBytes("VmRSS"));
       }
     }
     purges = dc->heap_purges();
@@ -159,6 +170,11 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
       tuned ? "tuned" : "jemalloc defaults", budget / 1048576.0, load / 1048576.0, seconds,
       static_cast<unsigned long long>(purges), before / 1048576.0, peak / 1048576.0,
       grew / 1048576.0, bound / 1048576.0);
+  std::printf(
+      "memory: at RSSPs, most cache count %.1f MiB, allocated %.1f MiB (%.1f before), allocator "
+      "resident %.1f MiB, process resident %.1f MiB\n",
+      max_cache / 1048576.0, max_allocated / 1048576.0, allocated_before / 1048576.0,
+      max_resident / 1048576.0, max_rss / 1048576.0);
   std::fflush(stdout);
   CHECK(grew <= bound);
 }

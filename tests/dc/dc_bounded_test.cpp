@@ -126,6 +126,9 @@ class BoundedRun {
     const Result<DcStats> stats = dc_->GetStats();
     REQUIRE(stats.ok());
     lss_written_ += stats->lss_bytes_written;
+    const llama::Llama::Stats ls = dc_->TEST_llama()->GetStats();
+    segments_cleaned_ += ls.segments_cleaned;
+    segments_released_ += ls.lss.segments_released;
     user_bytes_ += dc_->user_bytes_applied();  // this Dc's, the last redo's included
 
     // Power loss, then start: recovery (Open) and the TC's restart-to.
@@ -170,8 +173,13 @@ class BoundedRun {
     max_lss_ = std::max(max_lss_, lss_bytes);
   }
 
-  // Every key holds what the TC made stable.
+  // Every key holds what the TC made stable, and cleaning ran.
   void Verify() {
+    std::printf("cleaned %llu segments, released %llu\n",
+                static_cast<unsigned long long>(segments_cleaned_),
+                static_cast<unsigned long long>(segments_released_));
+    CHECK(segments_cleaned_ > 0);
+    CHECK(segments_released_ > 0);
     for (const auto& [k, v] : stable_) {
       Result<ReadResult> r = dc_->Get(k);
       REQUIRE(r.ok());
@@ -219,6 +227,7 @@ class BoundedRun {
   std::map<std::string, std::string> stable_;  // at or below the ESL
   uint64_t lsn_ = 0, esl_ = 0, rssp_ = 0, incarnation_ = 0;
   uint64_t lss_written_ = 0, user_bytes_ = 0, max_lss_ = 0;
+  uint64_t segments_cleaned_ = 0, segments_released_ = 0;
 };
 
 void RunBounded(const BoundedConfig& c) {

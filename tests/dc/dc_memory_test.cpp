@@ -117,6 +117,7 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
   ResetPeakRss();
   const auto start = std::chrono::steady_clock::now();
   uint64_t purges = 0;
+  double write_amp = 0;
   uint64_t max_cache = 0, max_allocated = 0, max_resident = 0, max_rss = 0;
   const uint64_t allocated_before = HeapBytesInUse();
   {
@@ -156,6 +157,10 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
       }
     }
     purges = dc->heap_purges();
+    Result<DcStats> stats = dc->GetStats();
+    REQUIRE(stats.ok());
+    write_amp = static_cast<double>(stats->lss_bytes_written) /
+                static_cast<double>(std::max<uint64_t>(dc->user_bytes_applied(), 1));
     REQUIRE(dc->Close().ok());
   }
   const double seconds =
@@ -172,9 +177,9 @@ void RunMemory(uint64_t budget, uint64_t buffer_size) {
       grew / 1048576.0, bound / 1048576.0);
   std::printf(
       "memory: at RSSPs, most cache count %.1f MiB, allocated %.1f MiB (%.1f before), allocator "
-      "resident %.1f MiB, process resident %.1f MiB\n",
+      "resident %.1f MiB, process resident %.1f MiB; write amplification %.2f\n",
       max_cache / 1048576.0, max_allocated / 1048576.0, allocated_before / 1048576.0,
-      max_resident / 1048576.0, max_rss / 1048576.0);
+      max_resident / 1048576.0, max_rss / 1048576.0, write_amp);
   std::fflush(stdout);
   CHECK(grew <= bound);
 }

@@ -65,10 +65,11 @@ inline llama::LlamaOptions DefaultDcLlamaOptions() {
 }
 
 // The cache budget (LlamaOptions::memory_budget) for a process budget of
-// `process_budget` bytes: what is left after the flush-buffer ring
-// (buffer_count x buffer_size), which the cache's count leaves out, and never
-// less than half the budget. 0 stays 0 (no budget). dc/dc.md, "The memory
-// budget".
+// `process_budget` bytes: three quarters of what is left after the
+// flush-buffer ring (buffer_count x buffer_size), which the cache's count
+// leaves out, the last quarter for the allocator's fragmentation; never less
+// than a quarter of the budget. 0 stays 0 (no budget). dc/dc.md, "The
+// memory budget".
 size_t CacheBudgetFor(size_t process_budget, const llama::LssOptions& lss);
 
 struct DcOptions {

@@ -4,11 +4,17 @@
 // that knows the difference, for benchmarks and diagnostics that report
 // memory.
 //
-// Thread safety: both functions may be called from any thread.
+// Also the allocator's retention of freed memory (issue 33: a process's
+// resident memory is what its memory budget has to bound, and jemalloc keeps
+// freed pages for a while to reuse them).
+//
+// Thread safety: every function may be called from any thread.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+
+#include "common/status.h"
 
 namespace deuteron {
 
@@ -21,5 +27,37 @@ std::string_view HeapAllocatorName();
 // included), or the sanitizer's allocated bytes. A difference of two
 // readings is what happened in between, to within the allocator's caches.
 uint64_t HeapBytesInUse();
+
+// Bytes of physical memory the allocator holds (jemalloc's stats.resident:
+// pages in use, dirty pages it keeps for reuse, its metadata); 0 where the
+// allocator does not say (glibc, sanitizers).
+uint64_t HeapBytesResident();
+
+// Bytes of freed pages the allocator keeps mapped for reuse (jemalloc's
+// dirty and muzzy pages, all arenas): what PurgeHeap gives back. 0 where the
+// allocator does not say.
+uint64_t HeapBytesRetained();
+
+// How long the allocator keeps freed pages before giving them back to the OS.
+struct HeapRetention {
+  // Give pages back on jemalloc's background threads (one per CPU at most,
+  // asleep when idle) rather than in the threads that free.
+  bool background_thread = true;
+  // Dirty (freed, still mapped) pages go back to the OS over this time; -1:
+  // never. jemalloc's default is 10 s.
+  int64_t dirty_decay_ms = 1000;
+  // The second stage (MADV_FREE: still counted resident until the kernel
+  // needs the memory). 0: skip it, dirty pages go straight back.
+  int64_t muzzy_decay_ms = 0;
+};
+
+// Applies `retention` to every arena, present and future. NotSupported
+// without jemalloc (nothing changes); Internal when jemalloc refuses a
+// setting. Process-wide: the program's entry point calls it.
+Status ConfigureHeapRetention(const HeapRetention& retention);
+
+// Gives every free page the allocator holds back to the OS now (all arenas;
+// a no-op without jemalloc).
+void PurgeHeap();
 
 }  // namespace deuteron

@@ -32,6 +32,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -40,6 +42,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/env.h"
@@ -52,10 +55,33 @@
 
 namespace deuteron::dc {
 
+// Cleaning's defaults for a DC (dc/dc.md, "Bounded space and recovery"):
+// with 64 MiB segments, a store with little live data holds about eight
+// segment files at most; a bigger one about twice its live state.
+inline constexpr size_t kDefaultCleaningTriggerSegments = 4;
+inline constexpr size_t kDefaultCleaningTargetSegments = 2;
+
+// LLAMA's options as a DC uses them unless told otherwise: LLAMA's defaults
+// with cleaning on.
+inline llama::LlamaOptions DefaultDcLlamaOptions() {
+  llama::LlamaOptions o;
+  o.cleaning_trigger_segments = kDefaultCleaningTriggerSegments;
+  o.cleaning_target_segments = kDefaultCleaningTargetSegments;
+  return o;
+}
+
+// The cache budget (LlamaOptions::memory_budget) for a process budget of
+// `process_budget` bytes: three quarters of what is left after the
+// flush-buffer ring (buffer_count x buffer_size), which the cache's count
+// leaves out, the last quarter for the allocator's fragmentation; never less
+// than a quarter of the budget. 0 stays 0 (no budget). dc/dc.md, "The
+// memory budget".
+size_t CacheBudgetFor(size_t process_budget, const llama::LssOptions& lss);
+
 struct DcOptions {
   // LLAMA's options. eviction_flush_bound is the DC's (the ESL): a value set
   // here is replaced.
-  llama::LlamaOptions llama;
+  llama::LlamaOptions llama = DefaultDcLlamaOptions();
   // The tree's options. flush_bound (the ESL) and purge_bound (the
   // acknowledged RSSP) are the DC's: values set here are replaced.
   bwtree::BwTreeOptions tree;
@@ -71,6 +97,22 @@ struct DcOptions {
   // bounded by this share of llama.memory_budget; past it Apply answers Busy
   // and names the ESL that would free them. 0, or no memory budget: no bound.
   double max_above_esl_share = 0.5;
+  // Checkpoints during operation (dc/dc.md, "Bounded space and recovery"):
+  // a background thread writes a LLAMA checkpoint once the LSS has grown by
+  // `checkpoint_interval_bytes` since the last one (LLAMA's own, by cleaning,
+  // included), or `checkpoint_interval_ms` has passed with anything written.
+  // Recovery replays the LSS from the newest checkpoint, so these bound the
+  // time from start to ready. 0 turns that trigger off; both 0: no thread.
+  uint64_t checkpoint_interval_bytes = uint64_t{64} << 20;
+  uint64_t checkpoint_interval_ms = 60'000;
+  // Process-wide, for a DC that owns its process (deuteron dc sets it to the
+  // memory budget): when the allocator holds more than this resident, and
+  // freed pages it keeps (HeapBytesRetained) make more than a sixteenth of
+  // it, the background thread gives those back to the OS (PurgeHeap,
+  // common/heap.h). 0: never.
+  uint64_t heap_purge_above = 0;
+  // How often the background thread looks (at most).
+  uint64_t maintenance_period_ms = 100;
 };
 
 // LSNs at or above this are reserved (never a TC's): a record LSN, ESL,
@@ -154,9 +196,22 @@ class Dc final : public DataComponent {
   // limit (0: none).
   size_t above_esl_bytes() const { return backlog_.bytes(); }
   size_t above_esl_limit() const { return backlog_.limit(); }
+  // Key and value bytes of the operations applied (skipped ones left out)
+  // since open: the user bytes write amplification is counted against
+  // (LSS bytes written / user bytes).
+  uint64_t user_bytes_applied() const { return user_bytes_.load(std::memory_order_relaxed); }
+  // Heap purges the background thread asked for since open.
+  uint64_t heap_purges() const { return heap_purges_.load(std::memory_order_relaxed); }
+  // Checkpoints the background thread wrote since open.
+  uint64_t periodic_checkpoints() const {
+    return periodic_checkpoints_.load(std::memory_order_relaxed);
+  }
 
   // Test hook: the destructor neither flushes nor closes, as after a crash.
   void TEST_SkipCloseOnDestroy() { skip_close_ = true; }
+  // Test hook: LLAMA (null while restarting or closed). REQUIRES: no
+  // concurrent RestartTo or Close.
+  llama::Llama* TEST_llama() { return llama_.get(); }
   // Test hook: the tree (null while restarting or closed). REQUIRES: no
   // concurrent RestartTo or Close.
   bwtree::BwTree* TEST_tree() { return tree_.get(); }
@@ -192,6 +247,13 @@ class Dc final : public DataComponent {
   Status WriteMeta(const DcMeta& meta);
   Result<DcMeta> ReadMeta();
   uint64_t MaxDurable() const;  // REQUIRES: a hold on gate_
+  // The background thread: periodic checkpoints and heap purges
+  // (DcOptions).
+  void StartMaintenance();
+  void StopMaintenance();
+  void MaintenanceLoop();
+  // One look: checkpoints when a trigger is due. REQUIRES: a hold on gate_.
+  Status MaybeCheckpoint();
 
   Env* const env_;
   const std::string dir_;
@@ -237,6 +299,19 @@ class Dc final : public DataComponent {
   // Relaxed counters: statistics only.
   std::atomic<uint64_t> applies_{0}, ops_applied_{0}, ops_skipped_{0}, gets_{0};
   std::atomic<uint64_t> scans_{0}, scan_items_{0}, rssp_proposals_{0}, restarts_{0};
+  std::atomic<uint64_t> user_bytes_{0}, periodic_checkpoints_{0}, heap_purges_{0};
+
+  // The maintenance thread (periodic checkpoints).
+  std::thread maintenance_;
+  std::mutex maintenance_mu_;
+  std::condition_variable maintenance_cv_;
+  bool maintenance_stop_ = false;  // GUARDED_BY(maintenance_mu_)
+  // What the thread last saw of LLAMA's checkpoints: GUARDED_BY(gate_)
+  // (used by the thread under a shared hold, one thread; reset by OpenStore
+  // under the exclusive one).
+  uint64_t checkpoint_rsp_seen_ = 0;  // the newest checkpoint's RSP
+  uint64_t checkpoint_tail_ = 0;      // LSS tail when it was seen
+  std::chrono::steady_clock::time_point checkpoint_time_{};
 };
 
 }  // namespace deuteron::dc

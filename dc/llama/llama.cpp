@@ -1422,6 +1422,11 @@ Status Llama::Checkpoint() {
   return Status::OK();
 }
 
+LssAddress Llama::LastCheckpointRsp() {
+  std::lock_guard<std::mutex> lock(checkpoint_mu_);
+  return checkpoint_rsp_[1];
+}
+
 // ---------------------------------------------------------------------------
 // Cleaning
 
@@ -1438,7 +1443,10 @@ void Llama::MaybeClean(LssAddress flushed_at) {
   const uint64_t first_uncleaned =
       std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
   const uint64_t held = lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
-  if (held <= options_.cleaning_trigger_segments) return;
+  if (held <= std::max<uint64_t>(options_.cleaning_trigger_segments,
+                                 clean_trigger_.load(std::memory_order_relaxed))) {
+    return;
+  }
   // The flushing thread holds a guard: clean when it lets go of it.
   cleaning_wanted_.store(held - std::max<size_t>(options_.cleaning_target_segments, 1),
                          std::memory_order_relaxed);
@@ -1590,6 +1598,18 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
   }
   segments_cleaned_.fetch_add(result.segments_cleaned, std::memory_order_relaxed);
   pages_relocated_.fetch_add(result.pages_relocated, std::memory_order_relaxed);
+  if (result.segments_cleaned > 0) {
+    // What survived (relocated, and written meanwhile) is about the live
+    // state: clean again once the segments held have doubled, not at the
+    // fixed trigger, which a live state bigger than it would meet after
+    // every new segment, relocating the whole state each time (llama.md,
+    // "Cleaning").
+    const uint64_t first_uncleaned =
+        std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
+    const uint64_t held =
+        lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
+    clean_trigger_.store(2 * held, std::memory_order_relaxed);
+  }
   bytes_relocated_.fetch_add(result.bytes_relocated, std::memory_order_relaxed);
 
   // Releasing costs two checkpoints (after the relocations, so that neither

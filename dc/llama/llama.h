@@ -56,10 +56,14 @@ struct LlamaOptions {
   // Cleaning (LLAMA 4.3): when a flush moves the LSS tail into a new segment
   // and more than `cleaning_trigger_segments` segments are held that are not
   // cleaned yet, that thread (once it leaves its guard) cleans the oldest ones
-  // until `cleaning_target_segments` remain. Cleaned segments are released
-  // (after two checkpoints) in batches of `cleaning_trigger_segments`, so
-  // the files held peak near twice the trigger. 0: never automatically
-  // (Clean() can still be called).
+  // until `cleaning_target_segments` remain. After a cleaning, the trigger
+  // is also at least twice the segments it left held (about the live
+  // state), so a store whose live state outgrows the trigger cleans once
+  // its LSS has doubled rather than at every new segment. Cleaned segments
+  // are released (after two checkpoints) in batches of
+  // `cleaning_trigger_segments`, so the files held peak near twice the
+  // trigger, or twice the live state. 0: never automatically (Clean() can
+  // still be called).
   size_t cleaning_trigger_segments = 0;
   size_t cleaning_target_segments = 0;
 };
@@ -258,6 +262,9 @@ class Llama {
   // position to the next checkpoint slot, after making what it references
   // stable.
   Status Checkpoint();
+  // The newest checkpoint's recovery start position (written since open, or
+  // recovered; 0 when none): recovery would replay the LSS from there.
+  LssAddress LastCheckpointRsp();
 
   // ---- Introspection ----
 
@@ -446,6 +453,9 @@ class Llama {
   // All below is cleaned (relocated); written under clean_mu_, read anywhere.
   std::atomic<LssAddress> cleaned_frontier_{0};
   std::atomic<uint64_t> tail_segment_seen_{0};
+  // Segments held (not yet cleaned) above which cleaning starts, besides the
+  // configured trigger: twice what the last cleaning left.
+  std::atomic<uint64_t> clean_trigger_{0};
   std::atomic<uint64_t> segments_cleaned_{0}, pages_relocated_{0}, bytes_relocated_{0};
 
   std::mutex checkpoint_mu_;  // serializes checkpoints

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/env.h"
+#include "common/heap.h"
 #include "common/status.h"
 #include "dc/dc.h"
 #include "dc/dc_server.h"
@@ -26,6 +27,8 @@ constexpr const char* kUsage =
     "                   [--max-above-esl-share F]\n"
     "                   [--max-frame-size BYTES] [--request-memory-limit BYTES]\n"
     "                   [--frame-deadline-ms MS] [--secret-file PATH]\n"
+    "                   [--cleaning-trigger N] [--cleaning-target N]\n"
+    "                   [--checkpoint-bytes B] [--checkpoint-ms MS] [--heap-decay-ms MS]\n"
     "\n"
     "Runs a data component server: opens (and recovers) the store in DIR, then\n"
     "serves the DC protocol (Thrift, framed binary) on HOST:PORT.\n"
@@ -36,7 +39,11 @@ constexpr const char* kUsage =
     "  --listen HOST:PORT   address to serve on (default 127.0.0.1:7410;\n"
     "                       port 0 picks a free port, printed at start).\n"
     "                       A non-loopback address requires a shared secret.\n"
-    "  --memory-budget B    cache memory budget in bytes (default 0: none)\n"
+    "  --memory-budget B    the process's memory budget in bytes (default 0: none):\n"
+    "                       the cache gets 3/4 of B less the flush buffers\n"
+    "                       (16 MiB), at least B/4, and freed memory the allocator keeps is\n"
+    "                       purged over B; peak resident memory stays within\n"
+    "                       1.1 B plus a fixed allowance (dc/dc.md)\n"
     "  --max-connections N  connections open at once (default 256); when full,\n"
     "                       a new one closes the one longest without a request\n"
     "  --idle-timeout-s S   close a connection with no whole request for S\n"
@@ -63,6 +70,16 @@ constexpr const char* kUsage =
     "                       variable DEUTERON_SECRET. A call before authenticate,\n"
     "                       or a wrong token, gets UNAUTHENTICATED and the\n"
     "                       connection closes. See protocol/protocol.md.\n"
+    "  --cleaning-trigger N clean the LSS when more than N 64 MiB segments are\n"
+    "                       held uncleaned, or twice what the last cleaning left\n"
+    "                       (default 4; 0: never clean)\n"
+    "  --cleaning-target N  clean until N segments remain uncleaned (default 2)\n"
+    "  --checkpoint-bytes B checkpoint once the LSS grew B bytes past the last\n"
+    "                       checkpoint: bounds recovery (default 67108864; 0: off)\n"
+    "  --checkpoint-ms MS   checkpoint after MS with anything written (default\n"
+    "                       60000; 0: off)\n"
+    "  --heap-decay-ms MS   the allocator returns freed pages to the OS over MS\n"
+    "                       (default 1000; -1: jemalloc's own settings)\n"
     "  --help               show this help and exit\n";
 
 int Usage(const char* problem) {
@@ -87,6 +104,10 @@ int RunDcCommand(int argc, char** argv) {
   uint64_t request_memory = defaults.request_memory_limit;
   uint64_t frame_deadline_ms = static_cast<uint64_t>(defaults.frame_deadline.count());
   std::string secret_file;
+  dc::DcOptions options;
+  uint64_t cleaning_trigger = options.llama.cleaning_trigger_segments;
+  uint64_t cleaning_target = options.llama.cleaning_target_segments;
+  int64_t heap_decay_ms = HeapRetention{}.dirty_decay_ms;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -137,6 +158,32 @@ int RunDcCommand(int argc, char** argv) {
       }
     } else if (arg == "--secret-file") {
       secret_file = value;
+    } else if (arg == "--cleaning-trigger") {
+      if (!ParseU64(value, &cleaning_trigger) || cleaning_trigger > 1'000'000) {
+        return Usage("--cleaning-trigger takes a segment count up to 1000000");
+      }
+    } else if (arg == "--cleaning-target") {
+      if (!ParseU64(value, &cleaning_target) || cleaning_target == 0 ||
+          cleaning_target > 1'000'000) {
+        return Usage("--cleaning-target takes a segment count from 1 to 1000000");
+      }
+    } else if (arg == "--checkpoint-bytes") {
+      if (!ParseU64(value, &options.checkpoint_interval_bytes)) {
+        return Usage("--checkpoint-bytes takes a byte count");
+      }
+    } else if (arg == "--checkpoint-ms") {
+      if (!ParseU64(value, &options.checkpoint_interval_ms)) {
+        return Usage("--checkpoint-ms takes a number of milliseconds");
+      }
+    } else if (arg == "--heap-decay-ms") {
+      uint64_t ms = 0;
+      if (value == "-1") {
+        heap_decay_ms = -1;
+      } else if (ParseU64(value, &ms) && ms <= 3'600'000) {
+        heap_decay_ms = static_cast<int64_t>(ms);
+      } else {
+        return Usage("--heap-decay-ms takes milliseconds up to 3600000, or -1");
+      }
     } else {
       return Usage(("unknown option " + std::string(arg)).c_str());
     }
@@ -171,8 +218,22 @@ int RunDcCommand(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  dc::DcOptions options;
-  options.llama.memory_budget = budget;
+  if (cleaning_trigger != 0 && cleaning_target > cleaning_trigger) {
+    return Usage("--cleaning-target may not exceed --cleaning-trigger");
+  }
+  options.llama.cleaning_trigger_segments = cleaning_trigger;
+  options.llama.cleaning_target_segments = cleaning_target;
+  // The budget is the process's (dc/dc.md, "The memory budget").
+  options.llama.memory_budget = dc::CacheBudgetFor(budget, options.llama.lss);
+  options.heap_purge_above = budget;
+  if (heap_decay_ms >= 0) {
+    HeapRetention retention;
+    retention.dirty_decay_ms = heap_decay_ms;
+    Status s = ConfigureHeapRetention(retention);
+    if (!s.ok() && s.code() != Code::kNotSupported) {
+      std::fprintf(stderr, "deuteron dc: allocator settings: %s\n", s.ToString().c_str());
+    }
+  }
   options.max_above_esl_share = above_esl_share;
   Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(Env::Posix(), dir, options);
   if (!opened.ok()) {

@@ -61,3 +61,36 @@ TEST_CASE("HeapAllocatorName names the allocator that serves operator new", "[he
 
 }  // namespace
 }  // namespace deuteron
+
+namespace deuteron {
+namespace {
+
+TEST_CASE("PurgeHeap gives back the freed pages the allocator keeps", "[heap]") {
+  if (HeapAllocatorName() != "jemalloc") {
+    CHECK(ConfigureHeapRetention(HeapRetention{}).code() == Code::kNotSupported);
+    CHECK(HeapBytesRetained() == 0);
+    CHECK(HeapBytesResident() == 0);
+    return;
+  }
+  // Keep freed pages indefinitely, so that they wait for the purge.
+  HeapRetention keep;
+  keep.background_thread = false;
+  keep.dirty_decay_ms = -1;
+  keep.muzzy_decay_ms = -1;
+  REQUIRE(ConfigureHeapRetention(keep).ok());
+  PurgeHeap();
+  const uint64_t retained_before = HeapBytesRetained();
+  auto blocks = AllocateTouched();
+  const uint64_t resident_held = HeapBytesResident();
+  CHECK(resident_held >= kTotal);
+  blocks.clear();
+  const uint64_t retained = HeapBytesRetained();
+  CHECK(retained + kSlack >= retained_before + kTotal);
+  PurgeHeap();
+  CHECK(HeapBytesRetained() + kTotal <= retained + kSlack);
+  CHECK(HeapBytesResident() + kTotal <= resident_held + kSlack);
+  REQUIRE(ConfigureHeapRetention(HeapRetention{}).ok());
+}
+
+}  // namespace
+}  // namespace deuteron

@@ -112,6 +112,10 @@ class InProcessHarness : public DcHarness {
     o.llama.lss.io_threads = 0;  // the filling thread writes: deterministic
     o.llama.mapping.max_pages = 1 << 16;
     o.llama.memory_budget = c.memory_budget;
+    // Cleaning on, as by default, and eager: a test that writes a few
+    // segments has some cleaned and released under it (issue 33).
+    o.llama.cleaning_trigger_segments = 2;
+    o.llama.cleaning_target_segments = 1;
     // Small nodes: a few hundred keys make several levels, and every few
     // writes consolidate, split or merge.
     o.tree.limits.max_key_size = c.max_key_size;

@@ -86,6 +86,10 @@ LlamaOptions CrashOptions() {
   o.lss.io_threads = 0;
   o.lss.recycle_pool = 1;
   o.mapping.max_pages = 1 << 16;
+  // Automatic cleaning too, as a DC runs (issue 33), besides the workload's
+  // own Clean calls.
+  o.cleaning_trigger_segments = 3;
+  o.cleaning_target_segments = 2;
   return o;
 }
 

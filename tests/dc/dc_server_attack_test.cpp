@@ -185,7 +185,11 @@ TEST_CASE("Sixteen connections writing big batches stay within the request limit
   CHECK(s.WaitStats([](const server::ServerStats& x) { return x.memory_used == 0; }));
   CHECK(healthy.errors() == 0);
   CHECK(healthy.written() > 0);
-  CHECK(healthy.max_latency() < std::chrono::seconds(5));
+  // Frames are granted first come first served, so the healthy client's
+  // small calls wait behind the big frames granted before them: about 1.4 s
+  // at worst in a debug build, 11 s under TSan on 2 busy cores. This bound
+  // only catches a stall.
+  CHECK(healthy.max_latency() < std::chrono::seconds(30));
   healthy.CheckKeys();
   auto last = s.fake.Get(Slice("w15/15"));
   REQUIRE(last.ok());

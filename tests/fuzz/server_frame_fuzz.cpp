@@ -67,7 +67,9 @@ class Handler final : public proto::DataComponentServiceIf {
     if (esl < 0) throw proto::ToDeuteronError(deuteron::Status::InvalidArgument("negative ESL"));
   }
   void proposeRssp(const int64_t, const int64_t) override {}
-  void restartTo(proto::DcReady& out, const int64_t stable_end) override { out.rssp = stable_end; }
+  void restartTo(proto::DcReady& out, const int64_t stable_end, const std::string&) override {
+    out.rssp = stable_end;
+  }
   void stats(proto::DcStats& out) override { out.applies = 1; }
   void health(proto::DcHealth& out) override { out.state = proto::DcState::SERVING; }
   void authenticate(const std::string&) override {}

@@ -29,7 +29,7 @@ using tc::ScanOptions;
 constexpr uint32_t kPage = 3;
 
 // Forwards to a DataComponent, counting Scan calls and the largest page
-// asked for; Scan fails with IOError once `scans_before_failure` reaches 0.
+// asked for; Scan fails with Corruption (an error that does not mean the DC is lost, so the TC does not recover it) once `scans_before_failure` reaches 0.
 class CountingDc final : public DataComponent {
  public:
   explicit CountingDc(DataComponent* dc) : dc_(dc) {}
@@ -45,7 +45,7 @@ class CountingDc final : public DataComponent {
     return dc_->MultiGet(keys);
   }
   Result<ScanResult> Scan(const ScanRequest& r) override {
-    if (scans_before_failure.load() == 0) return Status::IOError("injected scan failure");
+    if (scans_before_failure.load() == 0) return Status::Corruption("injected scan failure");
     if (scans_before_failure.load() > 0) scans_before_failure.fetch_sub(1);
     scans.fetch_add(1);
     max_limit.store(std::max(max_limit.load(), r.limit));
@@ -329,7 +329,7 @@ TEST_CASE("scan iterator: a DC error ends the iteration with the error", "[tc][t
     s.counting->scans_before_failure = 0;
     auto r = t->Scan(ScanOptions{});  // the first page fails: Scan reports it
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().IsIOError());
+    CHECK(r.status().IsCorruption());
     s.counting->scans_before_failure = -1;
     t->Abort();
   }
@@ -339,7 +339,7 @@ TEST_CASE("scan iterator: a DC error ends the iteration with the error", "[tc][t
   std::vector<std::string> got;
   for (; it->Valid(); it->Next()) got.push_back(it->key());
   CHECK(got.size() == kPage);
-  CHECK(it->status().IsIOError());
+  CHECK(it->status().IsCorruption());
   s.counting->scans_before_failure = -1;
   it.reset();
   t->Abort();

@@ -43,6 +43,8 @@ BwTree::Stats BwTree::GetStats() const {
   s.held_posts = c.held_posts.Value();
   s.bound_overruns = c.bound_overruns.Value();
   s.deferred_restructures = c.deferred_restructures.Value();
+  s.inner_merges = c.inner_merges.Value();
+  s.root_collapses = c.root_collapses.Value();
   auto guard = llama_->Enter();
   Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
   if (root.ok() && *root != nullptr) {
@@ -85,6 +87,12 @@ Status BwTree::ValidateOptions(const BwTreeOptions& o) {
     return bad("leaf_merge_records (" + std::to_string(o.leaf_merge_records) +
                ") must be below half of leaf_max_records (" +
                std::to_string(o.leaf_max_records) + ")");
+  }
+  if (o.inner_merge_entries != BwTreeOptions::kAutoInnerMerge &&
+      2 * o.inner_merge_entries >= o.inner_max_entries) {
+    return bad("inner_merge_entries (" + std::to_string(o.inner_merge_entries) +
+               ") must be below half of inner_max_entries (" +
+               std::to_string(o.inner_max_entries) + ")");
   }
   return Status::OK();
 }
@@ -189,6 +197,9 @@ Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options
         "in one LSS record of at most {} bytes (LssOptions::buffer_size - 64)",
         options.node_max_bytes, max_node, room, WhyRoom(options), record));
   }
+  if (options.inner_merge_entries == BwTreeOptions::kAutoInnerMerge) {
+    options.inner_merge_entries = (options.inner_max_entries - 1) / 4;
+  }
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();
   Result<const PageNode*> meta = llama->Read(kMetaPid);
@@ -236,6 +247,17 @@ Status BwTree::Bootstrap() {
   return Status::OK();
 }
 
+Status BwTree::RefreshRoot() {
+  ASSIGN_OR_RETURN(const PageNode* meta, llama_->Read(kMetaPid));
+  if (meta == nullptr) return Status::Corruption("bw-tree: meta page has no state");
+  ASSIGN_OR_RETURN(LookupResult r, Lookup(meta, kRootKey));
+  if (r.outcome != LookupOutcome::kFound || r.value.size() != 8) {
+    return Status::Corruption("bw-tree: meta page lost its root");
+  }
+  root_.store(DecodeFixed64(r.value.data()), std::memory_order_release);
+  return Status::OK();
+}
+
 // ---- Descent ----------------------------------------------------------------------
 
 Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path,
@@ -247,6 +269,9 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
     Path at;  // the route that led to pid, if a parent's entry did
     uint32_t expect = kAnyLevel;
     bool tried_consolidate = false;
+    // pid was reached through a merge delta: it is a removed page whose own
+    // routing is read below its remove-node.
+    bool through_remove = false;
     // The route that led to the level now walked right, while every right
     // move came straight from its page (HealRoute): `to` is the last page
     // reached whose low key is at or below the route's (0: none).
@@ -290,6 +315,8 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       }
       if (stale) {
         if (at.routed) RETURN_IF_ERROR(RepairRoute(at.parent_level, at.route_low, pid));
+        // A root freed by a collapse: the meta page names the new one.
+        if (expect == kAnyLevel) RETURN_IF_ERROR(RefreshRoot());
         break;
       }
       if (level < target_level) return Status::NotFound("bw-tree: no such level");
@@ -300,7 +327,8 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         *path = at;
         return Status::OK();
       }
-      if (!tried_consolidate && deltas > options_.inner_delta_threshold) {
+      // (A removed page is its left neighbour's to consolidate.)
+      if (!tried_consolidate && !through_remove && deltas > options_.inner_delta_threshold) {
         tried_consolidate = true;
         RETURN_IF_ERROR(MaybeRestructure(pid, level));
         continue;
@@ -309,9 +337,21 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
       if (base_only) {
         RETURN_IF_ERROR(RouteInBase(base, key, before, /*want_next=*/false, &c));
       } else {
-        ASSIGN_OR_RETURN(c, FindChild(head, key, before, &base, /*want_next=*/false));
+        ASSIGN_OR_RETURN(c, FindChild(head, key, before, &base, /*want_next=*/false,
+                                      through_remove));
       }
       tried_consolidate = false;
+      through_remove = false;
+      if (c.outcome == LookupOutcome::kRemoved) {
+        // An inner page being merged into its left neighbour, or a root
+        // being collapsed: complete that first (help-along). A route left
+        // pointing at it from past its range goes to its left neighbour.
+        counters_->helped_smos.Add();
+        RETURN_IF_ERROR(CompleteMerge(pid));
+        if (at.routed) RETURN_IF_ERROR(RepairRoute(at.parent_level, at.route_low, pid));
+        if (expect == kAnyLevel) RETURN_IF_ERROR(RefreshRoot());
+        break;
+      }
       if (c.outcome == LookupOutcome::kFound) {
         if (heal.to != 0) {  // leaving the level a stale route led into
           RETURN_IF_ERROR(HealRoute(heal.parent_level, heal.route_low, heal.from, heal.to));
@@ -335,6 +375,7 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         if (heal.active && c.redirect_key <= heal.route_low) heal.to = c.redirect;
       } else {
         heal = {};  // a merged sibling is never a route's target
+        through_remove = true;
       }
       at.routed = false;
       expect = level;

@@ -96,8 +96,9 @@ Status BwTree::Check() {
         }
       } else {
         InnerImage image;
-        RETURN_IF_ERROR(GatherInner(head, &image));
+        RETURN_IF_ERROR(GatherInner(head, Reader(), &image));
         h = image.header;
+        reached.insert(image.merged.begin(), image.merged.end());
         if (image.entries.empty()) return fail(pid, "inner node without entries");
         if (image.entries.front().separator != h.low_key) return fail(pid, "first separator != low key");
         for (size_t i = 0; i < image.entries.size(); ++i) {

@@ -17,16 +17,32 @@ Status BwTree::MaybeRestructure(PageId pid, uint32_t level) {
   size_t entries = 0;
   RETURN_IF_ERROR(ConsolidateInner(pid, *read, &base, &entries));
   if (base == nullptr) return Status::OK();
+  return SizeInner(pid, level, /*allow_merge=*/true);
+}
+
+Status BwTree::SizeInner(PageId pid, uint32_t level, bool allow_merge) {
   ASSIGN_OR_RETURN(const PageNode* head, ReadToSize(pid));
   if (head == nullptr) return Status::OK();
-  if (head != base) {
-    // Another thread changed the page since: count what it holds now.
+  size_t deltas = 0;
+  ASSIGN_OR_RETURN(BaseView base, BaseOf(head, &deltas));
+  size_t entries = base.count();
+  if (deltas > 0) {
+    // Another thread changed the page since its consolidation: count what
+    // it holds now.
     InnerImage image;
     RETURN_IF_ERROR(GatherInner(head, &image));
     entries = image.entries.size();
   }
   if (entries > options_.inner_max_entries || DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, level);
+  }
+  // A root with one child gives way to it: the tree loses a level.
+  if (entries == 1 && pid == root_.load(std::memory_order_acquire)) {
+    return CollapseRoot(pid, head);
+  }
+  if (allow_merge && options_.inner_merge_entries > 0 &&
+      entries <= options_.inner_merge_entries && !base.header().low_key.empty()) {
+    return StartMerge(pid, level);
   }
   return Status::OK();
 }
@@ -65,7 +81,7 @@ Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
   }
   if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
       !base.header().low_key.empty()) {
-    return StartMerge(pid);
+    return StartMerge(pid, 0);
   }
   return Status::OK();
 }
@@ -155,8 +171,78 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
 Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode** installed,
                                 size_t* entries) {
   *installed = nullptr;
+  if (HasDeltaOf(head, DeltaType::kMerge) || HasDeltaOf(head, DeltaType::kRemoveNode)) {
+    return ConsolidateInnerMerges(pid, head, installed, entries);
+  }
   ASSIGN_OR_RETURN(PageNode* base, ConsolidateInnerChain(llama_, head, entries));
   if (InstallConsolidated(pid, head, base)) *installed = base;
+  return Status::OK();
+}
+
+Status BwTree::ConsolidateInnerMerges(PageId pid, const PageNode* head,
+                                      const PageNode** installed, size_t* entries) {
+  // As ConsolidateLeaf's merge path, for routing instead of records.
+  InnerImage image;
+  Status s = GatherInner(head, Reader(), &image);
+  if (s.IsNotFound()) return Status::OK();  // a merged sibling went away: retry later
+  RETURN_IF_ERROR(s);
+  if (image.removed) return Status::OK();  // frozen: its left neighbour absorbs it
+  if (!image.merged.empty()) {
+    // Each merged sibling frozen (a crash may have kept a merge delta
+    // whose remove-node a torn flush of an old store lost) and no longer
+    // routed to by any parent, and those parents flushed, before the new
+    // base and the frees are written (bwtree.md, "Freeing R").
+    const std::vector<PageId> merged = image.merged;
+    std::vector<PageId> parents;
+    for (PageId r : merged) {
+      Result<const PageNode*> sibling = llama_->Read(r);
+      if (!sibling.ok()) return sibling.status().IsNotFound() ? Status::OK() : sibling.status();
+      if (*sibling == nullptr) return Status::OK();
+      if (!HasDeltaOf(*sibling, DeltaType::kRemoveNode)) {
+        ASSIGN_OR_RETURN(bool posted, PostRemoveNode(r, *sibling));
+        if (!posted) return Status::OK();
+      }
+      RETURN_IF_ERROR(CompleteMerge(r, nullptr, &parents));
+    }
+    RETURN_IF_ERROR(FlushParents(parents));
+    if (!StepHook(MergeStep::kParentsFlushed, merged.front())) return Status::OK();
+    Result<const PageNode*> again = llama_->Read(pid);
+    if (!again.ok()) return again.status().IsNotFound() ? Status::OK() : again.status();
+    head = *again;
+    if (head == nullptr) return Status::OK();
+    s = GatherInner(head, Reader(), &image);
+    if (s.IsNotFound()) return Status::OK();
+    RETURN_IF_ERROR(s);
+    if (image.removed) return Status::OK();
+  }
+  PageNode* base = llama_->NewNode(NodeKind::kBase, InnerBaseSize(image.header, image.entries), 0);
+  EncodeInnerBase(image.header, image.entries, base->payload());
+  if (image.merged.empty()) {
+    if (InstallConsolidated(pid, head, base)) {
+      *installed = base;
+      *entries = image.entries.size();
+    }
+    return Status::OK();
+  }
+  // One system transaction installs the new base and frees the merged
+  // siblings (their routing now lives in it), as for leaves.
+  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+  auto give_up = [&](Status st) {
+    llama_->TAbort(txn.get());
+    llama_->DiscardChain(base);
+    counters_->failed_consolidations.Add();
+    return st;
+  };
+  for (PageId r : image.merged) {
+    if (!llama_->TFree(txn.get(), r).ok()) return give_up(Status::OK());
+  }
+  const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, base, bound, bound);
+  if (!committed.ok() || !*committed) return give_up(committed.status());
+  counters_->consolidations.Add();
+  counters_->pages_freed.Add(image.merged.size());
+  *installed = base;
+  *entries = image.entries.size();
   return Status::OK();
 }
 

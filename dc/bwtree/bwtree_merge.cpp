@@ -4,7 +4,11 @@
 
 namespace deuteron::bwtree {
 
-Status BwTree::StartMerge(PageId pid) {
+bool BwTree::StepHook(MergeStep step, PageId removed) {
+  return !merge_step_hook_for_test_ || merge_step_hook_for_test_(step, removed);
+}
+
+Status BwTree::StartMerge(PageId pid, uint32_t level) {
   Result<const PageNode*> read = llama_->Read(pid);
   if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
   const PageNode* head = *read;
@@ -12,21 +16,28 @@ Status BwTree::StartMerge(PageId pid) {
   // A page small in records may be large in bytes: it merges only when its
   // left neighbour can take it within the page byte bound (CompleteMerge).
   if (DataBytes(head) > merge_bytes_max_) return Status::OK();
-  // Leaves merge only under an inner level (the index-term deletes need one).
+  // Pages merge only under a parent level (the index-term deletes need one).
   Result<const PageNode*> root = llama_->Read(root_.load(std::memory_order_acquire));
-  if (!root.ok() || *root == nullptr) return root.ok() ? Status::OK() : root.status();
+  if (!root.ok() || *root == nullptr) {
+    return root.ok() || root.status().IsNotFound() ? Status::OK() : root.status();
+  }
   ASSIGN_OR_RETURN(BaseView root_base, BaseOf(*root));
-  if (root_base.header().level == 0) return Status::OK();
+  if (root_base.header().level <= level) return Status::OK();
   ASSIGN_OR_RETURN(bool posted, PostRemoveNode(pid, head));
   if (!posted) {
     counters_->failed_merges.Add();
     return Status::OK();
   }
   counters_->merges.Add();
+  if (level > 0) {
+    counters_->inner_merges.Add();
+    if (!StepHook(MergeStep::kRemoveNode, pid)) return Status::OK();
+  }
   PageId left = 0;
-  RETURN_IF_ERROR(CompleteMerge(pid, &left));
+  std::vector<PageId> parents;
+  RETURN_IF_ERROR(CompleteMerge(pid, &left, &parents));
   if (left == 0) return Status::OK();
-  if (merge_hook_for_test_) merge_hook_for_test_(pid, left);
+  if (level == 0 && merge_hook_for_test_) merge_hook_for_test_(pid, left);
   // The merge's last step: the left page's consolidation folds this page in
   // and frees it (one system transaction). Left to the left page's writes,
   // it might never come: a load that deletes keys in ascending order
@@ -34,13 +45,40 @@ Status BwTree::StartMerge(PageId pid) {
   // page's limits (a page small in records can be large in bytes): it is
   // split at once, as a write's consolidation would, or a further union
   // could outgrow what one LSS record holds. A further merge of the left
-  // page is left to its next consolidation, so merges never recurse.
+  // page is left to its next consolidation, so merges never recurse
+  // sideways.
   Result<const PageNode*> left_head = llama_->Read(left);
   if (!left_head.ok()) return left_head.status().IsNotFound() ? Status::OK() : left_head.status();
   if (*left_head == nullptr) return Status::OK();
-  bool installed = false;
-  RETURN_IF_ERROR(ConsolidateLeaf(left, *left_head, &installed));
-  return installed ? SizeLeaf(left, /*allow_merge=*/false) : Status::OK();
+  if (level == 0) {
+    bool installed = false;
+    RETURN_IF_ERROR(ConsolidateLeaf(left, *left_head, &installed));
+    if (installed) RETURN_IF_ERROR(SizeLeaf(left, /*allow_merge=*/false));
+  } else {
+    const PageNode* installed = nullptr;
+    size_t entries = 0;
+    RETURN_IF_ERROR(ConsolidateInner(left, *left_head, &installed, &entries));
+    if (installed != nullptr) RETURN_IF_ERROR(SizeInner(left, level, /*allow_merge=*/false));
+  }
+  // The parents lost an entry each: consolidated and sized now, they merge
+  // in turn when small, and a root left with one child collapses, so the
+  // tree shrinks as it empties (upwards only: at most its height).
+  std::sort(parents.begin(), parents.end());
+  parents.erase(std::unique(parents.begin(), parents.end()), parents.end());
+  for (PageId parent : parents) {
+    Result<const PageNode*> p = llama_->Read(parent);
+    if (!p.ok()) {
+      if (p.status().IsNotFound()) continue;
+      return p.status();
+    }
+    if (*p == nullptr) continue;
+    if (DeltaCount(*p) > 0) {
+      RETURN_IF_ERROR(MaybeRestructure(parent, level + 1));
+    } else {
+      RETURN_IF_ERROR(SizeInner(parent, level + 1, /*allow_merge=*/true));
+    }
+  }
+  return Status::OK();
 }
 
 Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {
@@ -65,12 +103,12 @@ Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {
   return committed.status();
 }
 
-Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low, PageId* left,
-                                                      const PageNode** left_head,
+Result<BwTree::LeftOutcome> BwTree::FindLeftNeighbour(PageId removed, Slice low, uint32_t level,
+                                                      PageId* left, const PageNode** left_head,
                                                       bool* merged_in) {
   *merged_in = false;
   Path path;
-  RETURN_IF_ERROR(Descend(low, /*before=*/true, 0, &path));
+  RETURN_IF_ERROR(Descend(low, /*before=*/true, level, &path));
   PageId pid = path.pid;
   const PageNode* head = path.head;
   for (int hop = 0; hop < kMaxHops; ++hop) {
@@ -146,7 +184,7 @@ Status BwTree::FlushParents(const std::vector<PageId>& parents) {
     for (int attempt = 0;; ++attempt) {
       Result<llama::FlushResult> f = llama_->Flush(parents[i], bound, bound);
       if (!f.ok()) {
-        if (f.status().IsNotFound()) break;  // inner pages are never freed; defensive
+        if (f.status().IsNotFound()) break;  // freed since: merged, or a collapsed root
         return f.status();
       }
       if (f->outcome != llama::FlushOutcome::kRaced) break;
@@ -161,21 +199,42 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageI
     Result<const PageNode*> read = llama_->Read(removed);
     if (!read.ok()) return read.status().IsNotFound() ? Status::OK() : read.status();
     if (*read == nullptr) return Status::OK();
-    LeafImage image;
-    Status s = GatherLeaf(*read, Reader(), &image);
-    if (s.IsNotFound()) continue;
-    RETURN_IF_ERROR(s);
-    if (!image.removed) return Status::OK();
-    const std::string low = image.header.low_key.ToString();
-    const std::string high = image.header.high_key.ToString();
-    const bool high_infinite = image.header.high_infinite;
+    // The removed page's level and range (a leaf's or an inner page's).
+    ASSIGN_OR_RETURN(BaseView removed_base, BaseOf(*read));
+    const uint32_t level = removed_base.header().level;
+    bool is_removed = false;
+    std::string low, high;
+    bool high_infinite = true;
+    if (level == 0) {
+      LeafImage image;
+      Status s = GatherLeaf(*read, Reader(), &image);
+      if (s.IsNotFound()) continue;
+      RETURN_IF_ERROR(s);
+      is_removed = image.removed;
+      low = image.header.low_key.ToString();
+      high = image.header.high_key.ToString();
+      high_infinite = image.header.high_infinite;
+    } else {
+      InnerImage image;
+      Status s = GatherInner(*read, Reader(), &image);
+      if (s.IsNotFound()) continue;
+      RETURN_IF_ERROR(s);
+      is_removed = image.removed;
+      low = image.header.low_key.ToString();
+      high = image.header.high_key.ToString();
+      high_infinite = image.header.high_infinite;
+    }
+    if (!is_removed) return Status::OK();
+    // The leftmost page of a level is never merged: a removed one is a root
+    // being replaced by its one child.
+    if (low.empty()) return CompleteCollapse(removed);
 
     // 1. The merge delta on the left neighbour.
     PageId left = 0;
     const PageNode* left_head = nullptr;
     bool merged_in = false;
     ASSIGN_OR_RETURN(LeftOutcome found,
-                     FindLeftNeighbour(removed, low, &left, &left_head, &merged_in));
+                     FindLeftNeighbour(removed, low, level, &left, &left_head, &merged_in));
     if (found == LeftOutcome::kDone) return Status::OK();
     if (found == LeftOutcome::kRetry) continue;
     if (!merged_in) {
@@ -185,7 +244,11 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageI
       // removed page of at most merge_bytes_max_ is).
       if (!Admits(left_head, merge_bytes_max_)) {
         counters_->held_posts.Add();
-        RETURN_IF_ERROR(RestructureHeld(left, left_head, Hold::kBytes));
+        if (level == 0) {
+          RETURN_IF_ERROR(RestructureHeld(left, left_head, Hold::kBytes));
+        } else {
+          RETURN_IF_ERROR(MaybeRestructure(left, level));
+        }
         continue;
       }
       DeltaView d;
@@ -197,30 +260,40 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageI
         llama_->DiscardNode(node);
         continue;
       }
+      if (level > 0 && !StepHook(MergeStep::kMergeDelta, removed)) return Status::OK();
     }
-    if (left_out != nullptr) *left_out = left;
 
     // 2. No parent routes to the removed page any more: each range routed
     // to it is handed to the left neighbour.
     std::string key = low;
+    const uint32_t parent_level = level + 1;
     for (int step = 0; step < kMaxAttempts; ++step) {
       Route route;
-      ASSIGN_OR_RETURN(bool found, FindRoute(1, key, &route));
-      if (!found) continue;
+      Result<bool> found = FindRoute(parent_level, key, &route);
+      if (!found.ok() && found.status().IsNotFound()) {
+        // No parent level any more (a root collapse, which a level holding
+        // a merge under way never allows): nothing routes to the page.
+        if (left_out != nullptr) *left_out = left;
+        return Status::OK();
+      }
+      RETURN_IF_ERROR(found.status());
+      if (!*found) continue;
       const ChildLookup& c = route.c;
       if (parents != nullptr) parents->push_back(route.pid);
       if (c.child == removed) {
         // Find the range again either way: the next pass sees its new child.
         const std::string range_low = c.low.ToString();
         ASSIGN_OR_RETURN(const PageNode* posted,
-                         PostRoute(route, 1, DeltaType::kIndexTermDelete, c.low, left));
-        if (posted != nullptr) RETURN_IF_ERROR(SettleRoute(1, range_low, left, 0));
+                         PostRoute(route, parent_level, DeltaType::kIndexTermDelete, c.low, left));
+        if (posted != nullptr) RETURN_IF_ERROR(SettleRoute(parent_level, range_low, left, 0));
         continue;
       }
       // Past the removed page's range, a route to it can only continue the
       // routes within it (an entry spanning past a split whose post is
       // pending): stop at the first range routed elsewhere.
       if (c.next_infinite || (!high_infinite && Slice(key) >= Slice(high))) {
+        if (level > 0 && !StepHook(MergeStep::kRoutesMoved, removed)) return Status::OK();
+        if (left_out != nullptr) *left_out = left;
         return Status::OK();
       }
       key = c.next.ToString();
@@ -228,6 +301,95 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageI
     return Status::Busy("bw-tree: index-term delete did not settle");
   }
   return Status::Busy("bw-tree: merge did not settle");
+}
+
+// ---- Root collapse ------------------------------------------------------------------
+
+Status BwTree::CollapseRoot(PageId root, const PageNode* head) {
+  // The root's one child must be the whole of its level: no split delta
+  // whose index entry the root still lacks, no merge under way, no high
+  // key. Then the child can stand in for the root as it is.
+  InnerImage image;
+  RETURN_IF_ERROR(GatherInner(head, &image));
+  if (image.entries.size() != 1 || image.header.level == 0) return Status::OK();
+  const PageId child = image.entries.front().child;
+  Result<const PageNode*> child_head = llama_->Read(child);
+  if (!child_head.ok()) {
+    return child_head.status().IsNotFound() ? Status::OK() : child_head.status();
+  }
+  if (*child_head == nullptr || HasStructureDelta(*child_head)) return Status::OK();
+  ASSIGN_OR_RETURN(BaseView child_base, BaseOf(*child_head));
+  const BaseHeader& ch = child_base.header();
+  if (!ch.high_infinite || !ch.low_key.empty() || ch.level + 1u != image.header.level) {
+    return Status::OK();
+  }
+  // Frozen first (a system transaction, as a merge's remove-node): no post
+  // can land on the root once it is to go, and a crash leaves it for the
+  // next thread that meets it (CompleteMerge sends a removed leftmost page
+  // here).
+  ASSIGN_OR_RETURN(bool posted, PostRemoveNode(root, head));
+  if (!posted) return Status::OK();
+  if (!StepHook(MergeStep::kRootRemoveNode, root)) return Status::OK();
+  return CompleteCollapse(root);
+}
+
+Status BwTree::CompleteCollapse(PageId old_root) {
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
+    Result<const PageNode*> read = llama_->Read(old_root);
+    if (!read.ok() || *read == nullptr) {
+      if (read.ok() || read.status().IsNotFound()) return RefreshRoot();  // done
+      return read.status();
+    }
+    InnerImage image;
+    RETURN_IF_ERROR(GatherInner(*read, &image));
+    if (!image.removed || !image.header.low_key.empty()) return Status::OK();
+    // Frozen with one child (CollapseRoot checked it before freezing).
+    if (image.entries.size() != 1) {
+      return Status::Corruption("bw-tree: a removed root with " +
+                                std::to_string(image.entries.size()) + " children");
+    }
+    const PageId child = image.entries.front().child;
+    ASSIGN_OR_RETURN(const PageNode* meta, llama_->Read(kMetaPid));
+    if (meta == nullptr) return Status::Corruption("bw-tree: meta page has no state");
+    ASSIGN_OR_RETURN(LookupResult r, Lookup(meta, kRootKey));
+    if (r.outcome != LookupOutcome::kFound || r.value.size() != 8) {
+      return Status::Corruption("bw-tree: meta page lost its root");
+    }
+    if (DecodeFixed64(r.value.data()) != old_root) {
+      // Another thread's collapse named the child; the old root's free was
+      // in its transaction.
+      return RefreshRoot();
+    }
+    // The meta page names the child, and the old root is freed, in one
+    // system transaction: no recovery sees the one without the other.
+    // Nothing else routes to a root, so no parent needs flushing first.
+    std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
+    Status freed = llama_->TFree(txn.get(), old_root);
+    if (!freed.ok()) {
+      llama_->TAbort(txn.get());
+      return freed;
+    }
+    const std::string pid_bytes = EncodePid(child);
+    DeltaView d;
+    d.type = DeltaType::kUpsert;
+    d.key = kRootKey;
+    d.value = pid_bytes;
+    d.hint = r.hint;
+    PageNode* delta = MakeDelta(llama_, d, 0);
+    const uint64_t bound = FlushBound();  // the annotation: never below the bound
+    Result<bool> committed = llama_->TCommit(txn.get(), kMetaPid, meta, delta, bound, bound);
+    if (!committed.ok() || !*committed) {
+      llama_->TAbort(txn.get());
+      llama_->DiscardNode(delta);
+      if (!committed.ok()) return committed.status();
+      continue;  // the meta page changed: look again
+    }
+    root_.store(child, std::memory_order_release);
+    counters_->root_collapses.Add();
+    counters_->pages_freed.Add();
+    return Status::OK();
+  }
+  return Status::Busy("bw-tree: root collapse did not settle");
 }
 
 }  // namespace deuteron::bwtree

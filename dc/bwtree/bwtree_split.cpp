@@ -198,7 +198,10 @@ Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target
 
 Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
   Path path;
-  RETURN_IF_ERROR(Descend(key, false, level, &path));
+  Status s = Descend(key, false, level, &path);
+  // NotFound: no such level (a root collapse took it away since the
+  // caller looked); the callers take it as nothing routed there.
+  RETURN_IF_ERROR(s);
   PageId pid = path.pid;
   const PageNode* head = path.head;
   for (int hop = 0; hop < kMaxHops; ++hop) {
@@ -207,7 +210,26 @@ Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
       *out = Route{pid, head, c};
       return true;
     }
+    if (c.outcome == LookupOutcome::kRemoved) {
+      // An inner page being merged (or a root being collapsed): complete
+      // it, and hand on a route left pointing at it past its range.
+      counters_->helped_smos.Add();
+      RETURN_IF_ERROR(CompleteMerge(pid));
+      if (pid == path.pid && path.routed) {
+        RETURN_IF_ERROR(RepairRoute(path.parent_level, path.route_low, pid));
+      }
+      return false;
+    }
     if (c.outcome != LookupOutcome::kRedirect) return false;
+    if (c.redirect_kind == RedirectKind::kMerge) {
+      // The key's route lies in a merged sibling's part of this page: no
+      // route is posted there (it would go on the removed sibling, or above
+      // the merge delta over entries it does not see). The page's
+      // consolidation completes the merge first (help-along).
+      counters_->helped_smos.Add();
+      RETURN_IF_ERROR(MaybeRestructure(pid, level));
+      return false;
+    }
     Result<const PageNode*> next = llama_->Read(c.redirect);
     if (!next.ok() || *next == nullptr) return false;
     pid = c.redirect;
@@ -245,8 +267,10 @@ Result<const PageNode*> BwTree::PostRoute(const Route& route, uint32_t level, De
 Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Route route;
-    ASSIGN_OR_RETURN(bool found, FindRoute(level, key, &route));
-    if (!found) continue;
+    Result<bool> found = FindRoute(level, key, &route);
+    if (!found.ok() && found.status().IsNotFound()) return Status::OK();  // the level is gone
+    RETURN_IF_ERROR(found.status());
+    if (!*found) continue;
     if (route.c.child != from) return Status::OK();
     // The caller settles the new route.
     ASSIGN_OR_RETURN(const PageNode* posted,
@@ -262,6 +286,10 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     const PageId root = root_.load(std::memory_order_acquire);
     Result<const PageNode*> root_head = llama_->Read(root);
+    if (!root_head.ok() && root_head.status().IsNotFound()) {
+      RETURN_IF_ERROR(RefreshRoot());  // freed by a root collapse
+      continue;
+    }
     if (!root_head.ok()) return root_head.status();
     if (*root_head == nullptr) return Status::Corruption("bw-tree: root without state");
     ASSIGN_OR_RETURN(BaseView root_base, BaseOf(*root_head));
@@ -273,8 +301,10 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
       return Status::OK();
     }
     Route route;
-    ASSIGN_OR_RETURN(bool found, FindRoute(parent_level, key, &route));
-    if (!found) continue;
+    Result<bool> found = FindRoute(parent_level, key, &route);
+    if (!found.ok() && found.status().IsNotFound()) continue;  // the root collapsed: look again
+    RETURN_IF_ERROR(found.status());
+    if (!*found) continue;
     const ChildLookup& c = route.c;
     if (c.child == left) {
       // Post only what `left` still hands to `right` (a helper's view of

@@ -215,6 +215,7 @@ struct BwTree::Counters {
   Counter chains_seen, chain_length_sum;
   Counter pages_freed;
   Counter held_posts, bound_overruns, deferred_restructures;
+  Counter inner_merges, root_collapses;
   std::atomic<uint64_t> chain_length_max{0};
 };
 

@@ -424,7 +424,9 @@ class BwTree {
   // first use.
   Status HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to);
   // The route for `key` at `level` (after right moves); false when the
-  // descent met a stale state (the caller tries again).
+  // descent met a stale state, or a merge or root collapse under way that
+  // it helped along (the caller tries again). NotFound when the tree has no
+  // such level (a root collapse took it away).
   Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
   // Posts an index-entry or index-term-delete delta [low, route's next) ->
   // child over the route's state (a page at `level`); the installed node, or

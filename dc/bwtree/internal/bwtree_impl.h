@@ -31,7 +31,7 @@ using llama::NodeKind;
 using llama::PageNode;
 
 // Page 1 is the meta page: a leaf-format page whose record "root" holds the
-// root's PID (fixed64). Root growth changes it by an upsert delta.
+// root's PID (fixed64). Root growth and collapse change it by an upsert delta.
 inline constexpr PageId kMetaPid = 1;
 inline constexpr char kRootKey[] = "root";
 

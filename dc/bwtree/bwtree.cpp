@@ -198,7 +198,12 @@ Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options
         options.node_max_bytes, max_node, room, WhyRoom(options), record));
   }
   if (options.inner_merge_entries == BwTreeOptions::kAutoInnerMerge) {
-    options.inner_merge_entries = (options.inner_max_entries - 1) / 4;
+    // Below what a split leaves either half: a quarter of the page, and
+    // under the 1/8 that an appending split of the rightmost inner page
+    // leaves on its right (else that page would merge back at its next
+    // consolidation, and split again).
+    const size_t max = options.inner_max_entries;
+    options.inner_merge_entries = std::min((max - 1) / 4, std::max<size_t>(1, (max + 1) / 8 - 1));
   }
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();

@@ -82,8 +82,11 @@ struct BwTreeOptions {
   size_t leaf_merge_records = 16;
   // Merge an inner node into its left neighbour when its consolidated state
   // holds at most this many entries; 0: never merge. kAutoInnerMerge (the
-  // default): (inner_max_entries - 1) / 4, resolved at Open (options()
-  // reports the value in use).
+  // default): (inner_max_entries - 1) / 4, and below the 1/8 of the entries
+  // that an appending split leaves on the right ((inner_max_entries + 1) / 8
+  // - 1, at least 1): 15 at the default 128. Resolved at Open (options()
+  // reports the value in use). An explicit value must be below half of
+  // inner_max_entries.
   static constexpr size_t kAutoInnerMerge = ~size_t{0};
   size_t inner_merge_entries = kAutoInnerMerge;
   // The ESL: records above it are never folded into bases nor flushed by

@@ -125,6 +125,19 @@ void Report(const char* what, uint64_t n, const Shrink& s) {
               static_cast<unsigned long long>(s.stats.pages_freed));
 }
 
+TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwtree][inner_merge]") {
+  BwTreeOptions o = TestOptions();
+  o.inner_max_entries = 6;
+  o.inner_merge_entries = 3;
+  CHECK(BwTree::ValidateOptions(o).IsInvalidArgument());
+  o.inner_merge_entries = 2;
+  CHECK(BwTree::ValidateOptions(o).ok());
+  // The default: under the 1/8 an appending split leaves on the right.
+  auto env = NewMemEnv();
+  auto l = OpenLlama(env.get(), TreeLlamaOptions());
+  CHECK(OpenTree(l.get(), TestOptions())->options().inner_merge_entries == 15);
+}
+
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height",
           "[dc][bwtree][inner_merge]") {
   const uint64_t n = 40000;

@@ -203,7 +203,8 @@ Result<std::unique_ptr<BwTree>> BwTree::Open(Llama* llama, BwTreeOptions options
     // leaves on its right (else that page would merge back at its next
     // consolidation, and split again).
     const size_t max = options.inner_max_entries;
-    options.inner_merge_entries = std::min((max - 1) / 4, std::max<size_t>(1, (max + 1) / 8 - 1));
+    const size_t below_append = (max + 1) / 8 > 1 ? (max + 1) / 8 - 1 : 1;
+    options.inner_merge_entries = std::min((max - 1) / 4, below_append);
   }
   std::unique_ptr<BwTree> tree(new BwTree(llama, std::move(options)));
   auto guard = llama->Enter();

@@ -293,7 +293,11 @@ TEST_CASE("Readers and writers run while inner pages merge", "[dc][bwtree][inner
   INFO("height " << height << " -> " << s.height << ", inner merges " << s.inner_merges
                  << ", root collapses " << s.root_collapses << ", helped " << s.helped_smos);
   CHECK(s.inner_merges > 0);
-  CHECK(s.height < height);
+  // Not the height: racing threads lose some restructures (counted as
+  // failed, left to the next write), so whether the last level above the
+  // leaves goes down to one page varies from run to run; the single-threaded
+  // tests above require the height to shrink.
+  CHECK(s.height <= height);
 }
 
 }  // namespace

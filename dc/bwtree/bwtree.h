@@ -14,10 +14,13 @@
 //    node; the index entry is then posted on the parent by a plain delta.
 //    A root split also allocates a new root and commits by swapping the root
 //    PID on the meta page.
-//  - Merge of an underfull leaf R into its left neighbour L: a remove-node
-//    delta on R, a merge delta on L, index-term-delete deltas on the
-//    parents; L's consolidation folds R's state in and frees R in one
-//    system transaction.
+//  - Merge of an underfull node R (a leaf or an inner node) into its left
+//    neighbour L: a remove-node delta on R, a merge delta on L,
+//    index-term-delete deltas on the parents; L's consolidation folds R's
+//    state in and frees R in one system transaction.
+//  - Root collapse: a root left with one child is frozen by a remove-node
+//    and replaced by that child (the meta page's upsert, and the old root's
+//    free, in one system transaction): the tree's height shrinks.
 //  - A thread that meets an unfinished step (a split without its index
 //    entry, a removed node without its merge) completes it before going on;
 //    no thread waits for another.
@@ -77,6 +80,15 @@ struct BwTreeOptions {
   // Merge a leaf into its left neighbour when its consolidated state holds
   // at most this many records; 0: never merge.
   size_t leaf_merge_records = 16;
+  // Merge an inner node into its left neighbour when its consolidated state
+  // holds at most this many entries; 0: never merge. kAutoInnerMerge (the
+  // default): (inner_max_entries - 1) / 4, and below the 1/8 of the entries
+  // that an appending split leaves on the right ((inner_max_entries + 1) / 8
+  // - 1, at least 1): 15 at the default 128. Resolved at Open (options()
+  // reports the value in use). An explicit value must be below half of
+  // inner_max_entries.
+  static constexpr size_t kAutoInnerMerge = ~size_t{0};
+  size_t inner_merge_entries = kAutoInnerMerge;
   // The ESL: records above it are never folded into bases nor flushed by
   // structure changes. Unset: no bound.
   std::function<uint64_t()> flush_bound;
@@ -270,6 +282,8 @@ class BwTree {
     // error, left to the next writer (the write itself succeeded).
     uint64_t held_posts = 0, bound_overruns = 0, deferred_restructures = 0;
     uint32_t height = 0;                  // levels, the leaves included
+    // Of `merges`, those of inner nodes; roots replaced by their one child.
+    uint64_t inner_merges = 0, root_collapses = 0;
   };
   Stats GetStats() const;
 
@@ -292,6 +306,25 @@ class BwTree {
   // check that descents survive and repair them. Set while no other thread
   // uses the tree.
   void TEST_SetFlushParentsBeforeFree(bool on) { flush_parents_before_free_ = on; }
+  // The steps of an inner merge (of `removed` into its left neighbour) and
+  // of a root collapse, in order: each is in place when the hook is called.
+  enum class MergeStep {
+    kRemoveNode,     // removed's remove-node committed (a system transaction)
+    kMergeDelta,     // the merge delta posted on the left neighbour
+    kRoutesMoved,    // the index-term deletes posted in the parents
+    kParentsFlushed, // those parents flushed; next: the left page's new base
+                     // and removed's free, in one system transaction
+    kRootRemoveNode, // a root with one child frozen; next: the meta page
+                     // names the child, and the old root is freed
+  };
+  // Test hook: called after each step of an inner merge or root collapse,
+  // by whichever thread takes it (the one that started it or a helper).
+  // Returning false abandons the change there, as a crash right after that
+  // step would (help-along completes it later). nullptr turns it off.
+  // REQUIRES: no other thread uses the tree while it is set or cleared.
+  void TEST_SetMergeStepHook(std::function<bool(MergeStep step, PageId removed)> hook) {
+    merge_step_hook_for_test_ = std::move(hook);
+  }
 
   ~BwTree();
 
@@ -394,7 +427,9 @@ class BwTree {
   // first use.
   Status HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to);
   // The route for `key` at `level` (after right moves); false when the
-  // descent met a stale state (the caller tries again).
+  // descent met a stale state, or a merge or root collapse under way that
+  // it helped along (the caller tries again). NotFound when the tree has no
+  // such level (a root collapse took it away).
   Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
   // Posts an index-entry or index-term-delete delta [low, route's next) ->
   // child over the route's state (a page at `level`); the installed node, or
@@ -406,24 +441,50 @@ class BwTree {
   Status Reroute(uint32_t level, Slice key, PageId from, PageId to);
   Status GrowRoot(PageId old_root, uint32_t old_level, Slice separator, PageId right,
                   bool* retry);
-  Status StartMerge(PageId pid);
+  // Starts the merge of `pid` (at `level`, just consolidated and small)
+  // into its left neighbour, and completes it: CompleteMerge, then the left
+  // page's consolidation, then the parents' sizing (which may merge them in
+  // turn, or collapse the root).
+  Status StartMerge(PageId pid, uint32_t level);
+  // An inner page just consolidated (or with `head` its state to size):
+  // split when over its limits, collapse when it is the root with one
+  // child, or, with allow_merge, merge when small. `head` null: read it.
+  Status SizeInner(PageId pid, uint32_t level, bool allow_merge);
+  // Root collapse: freezes the root `root` (state `head`, one child) with a
+  // remove-node, then CompleteCollapse.
+  Status CollapseRoot(PageId root, const llama::PageNode* head);
+  // A removed root: the meta page names its one child and the old root is
+  // freed, in one system transaction. Help-along for any thread meeting it.
+  Status CompleteCollapse(PageId old_root);
+  // Reads the root's PID from the meta page into root_.
+  Status RefreshRoot();
+  // The merge step hook's answer (true without a hook).
+  bool StepHook(MergeStep step, PageId removed);
   // Freezes `pid` (whose chain is `head`) with a remove-node, committed as a
   // system transaction; false when the page changed or cannot be flushed yet.
   Result<bool> PostRemoveNode(PageId pid, const llama::PageNode* head);
-  // Posts the merge delta for `removed` on its left neighbour (found by a
-  // descent) and hands the neighbour every parent range routed to it. The
-  // neighbour's PID in *left when one took the merge (0 if the merge was
-  // already done). Folding `removed` in, and freeing it, is the neighbour's
-  // next consolidation.
-  // `parents`, when given, receives every level-1 page whose routes over the
-  // removed page's range were checked (the pages a free must wait for).
+  // Posts the merge delta for `removed` (a leaf or an inner page) on its
+  // left neighbour (found by a descent) and hands the neighbour every
+  // parent range routed to it. The neighbour's PID in *left when one took
+  // the merge (0 if the merge was already done, or a test hook stopped it).
+  // Folding `removed` in, and freeing it, is the neighbour's next
+  // consolidation. A removed leftmost page is a root being collapsed:
+  // CompleteCollapse. `parents`, when given, receives every page of the
+  // level above whose routes over the removed page's range were checked
+  // (the pages a free must wait for).
   Status CompleteMerge(PageId removed, PageId* left = nullptr,
                        std::vector<PageId>* parents = nullptr);
+  // Consolidates an inner page whose chain holds merge deltas: completes
+  // each merge (a remove-node posted first where a crash lost it), flushes
+  // the parents, then installs the new base and frees the merged siblings
+  // in one system transaction. *installed and *entries as ConsolidateInner.
+  Status ConsolidateInnerMerges(PageId pid, const llama::PageNode* head,
+                                const llama::PageNode** installed, size_t* entries);
   // Flushes `parents` (inner pages: always flushable) before a merge's
   // freeing transaction is reserved, so no recovered prefix of the LSS holds
   // the free without the index-term deletes (bwtree.md, "Freeing R").
   Status FlushParents(const std::vector<PageId>& parents);
-  Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, PageId* left,
+  Result<LeftOutcome> FindLeftNeighbour(PageId removed, Slice low, uint32_t level, PageId* left,
                                         const llama::PageNode** left_head, bool* merged_in);
 
   void NoteChain(const llama::PageNode* head);
@@ -455,6 +516,7 @@ class BwTree {
   const size_t leaf_chain_hold_;
   std::function<void(PageId, PageId)> merge_hook_for_test_;  // TEST_SetMergeHook
   bool flush_parents_before_free_ = true;  // TEST_SetFlushParentsBeforeFree
+  std::function<bool(MergeStep, PageId)> merge_step_hook_for_test_;  // TEST_SetMergeStepHook
 };
 
 }  // namespace deuteron::bwtree

@@ -200,7 +200,7 @@ Result<LookupResult> RouteOf(const PageNode* head, Slice key, bool through_remov
 }
 
 Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
-                              const BaseView* given, bool want_next) {
+                              const BaseView* given, bool want_next, bool through_remove) {
   ChildLookup result;
   // Whether the range [low, next) (infinite next: no end) routes the key.
   auto holds = [&](Slice low, bool next_infinite, Slice next) {
@@ -217,9 +217,13 @@ Result<ChildLookup> FindChild(const PageNode* head, Slice key, bool before,
       r->next = cap;
     }
   };
+  bool first_data = true;
   for (const PageNode* n = head; n != nullptr; n = n->next) {
     if (n->kind == NodeKind::kDelta) {
       ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      const bool top = first_data;
+      first_data = false;
+      if (top && through_remove && d.type == DeltaType::kRemoveNode) continue;
       switch (d.type) {
         case DeltaType::kIndexEntry:
         case DeltaType::kIndexTermDelete:
@@ -448,60 +452,137 @@ Result<std::vector<LeafRecord>> VisibleRecords(const LeafImage& image) {
   return out;
 }
 
-Status GatherInner(const PageNode* head, InnerImage* out) {
-  *out = InnerImage();
-  std::vector<DeltaView> index;  // newest first
-  std::optional<Slice> cut;
-  bool range_set = false;
-  const PageNode* base_node = nullptr;
-  for (const PageNode* n = head; n != nullptr; n = n->next) {
-    if (n->kind == NodeKind::kBase) {
-      base_node = n;
-      break;
-    }
-    if (n->kind != NodeKind::kDelta) continue;
-    ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
-    switch (d.type) {
-      case DeltaType::kIndexEntry:
-      case DeltaType::kIndexTermDelete:
-        if (BelowCut(cut, d.key)) index.push_back(d);
+namespace {
+
+// One pass of GatherInner over a chain (the page's own, or a merged
+// sibling's below its remove-node delta): its routing as a sorted entry
+// list, with `cut` hiding older separators >= *cut (a newer split or merge).
+struct InnerGatherer {
+  const PageReader& read;
+  InnerImage* out;
+  bool range_set = false;  // a newer split/merge already fixed the high key
+  std::vector<uint8_t> merged_levels;  // the merged siblings' base levels
+
+  Status Chain(const PageNode* head, bool own, std::optional<Slice> cut,
+               std::vector<InnerEntry>* entries) {
+    // The chain's changes, newest first: index deltas, and merged siblings'
+    // entries with the count of index deltas newer than their merge delta
+    // (each applied at its place in time, oldest first, below).
+    std::vector<DeltaView> index;
+    std::vector<std::pair<size_t, std::vector<InnerEntry>>> merges;
+    const PageNode* base_node = nullptr;
+    bool first_data = true;
+    for (const PageNode* n = head; n != nullptr; n = n->next) {
+      if (n->kind == NodeKind::kBase) {
+        base_node = n;
         break;
-      case DeltaType::kSplit:
-        RangeFromSplit(d, &range_set, &out->header);
-        LowerCut(&cut, d.key);
-        break;
-      case DeltaType::kMerge:
-      case DeltaType::kRemoveNode:
-        return Status::NotSupported("bw-tree: inner nodes are not merged");
-      default:
-        return Status::Corruption("bw-tree: record delta in an inner chain");
+      }
+      if (n->kind != NodeKind::kDelta) continue;
+      ASSIGN_OR_RETURN(DeltaView d, DeltaView::Parse(PayloadOf(n)));
+      const bool top = first_data;
+      first_data = false;
+      switch (d.type) {
+        case DeltaType::kIndexEntry:
+        case DeltaType::kIndexTermDelete:
+          if (BelowCut(cut, d.key)) index.push_back(d);
+          break;
+        case DeltaType::kSplit:
+          RangeFromSplit(d, &range_set, &out->header);
+          LowerCut(&cut, d.key);
+          break;
+        case DeltaType::kRemoveNode:
+          if (!top) return Status::Corruption("bw-tree: remove-node delta below the top");
+          if (own) out->removed = true;
+          break;
+        case DeltaType::kMerge: {
+          if (!read) return Status::NotSupported("bw-tree: gathering a merge without a reader");
+          ASSIGN_OR_RETURN(const PageNode* sibling, read(d.pid));
+          if (sibling == nullptr) return Status::Corruption("bw-tree: merged sibling has no state");
+          out->merged.push_back(d.pid);
+          std::vector<InnerEntry> theirs;
+          RETURN_IF_ERROR(Chain(sibling, /*own=*/false, cut, &theirs));
+          merges.emplace_back(index.size(), std::move(theirs));
+          LowerCut(&cut, d.key);
+          break;
+        }
+        default:
+          return Status::Corruption("bw-tree: record delta in an inner chain");
+      }
     }
-  }
-  if (base_node == nullptr) return Status::Corruption("bw-tree: inner page without a base");
-  ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
-  if (base.is_leaf()) return Status::InvalidArgument("bw-tree: GatherInner on a leaf");
-  const BaseHeader& h = base.header();
-  out->header.type = NodeType::kInner;
-  out->header.level = h.level;
-  out->header.low_key = h.low_key;
-  RangeFromBase(h, &range_set, &out->header);
-  std::vector<InnerEntry> entries;
-  entries.reserve(base.count() + index.size());
-  for (size_t i = 0; i < base.count(); ++i) {
-    ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(i));
-    if (cut && !(e.separator < *cut)) break;
-    entries.push_back(e);
-  }
-  // Oldest first: each index delta sets the child of the range at its
-  // separator (a new entry for a posted split, a new child for a deleted term).
-  for (auto it = index.rbegin(); it != index.rend(); ++it) {
-    auto pos = std::lower_bound(entries.begin(), entries.end(), it->key,
-                                [](const InnerEntry& e, Slice k) { return e.separator < k; });
-    if (pos != entries.end() && pos->separator == it->key) {
-      pos->child = it->pid;
+    if (base_node == nullptr) return Status::Corruption("bw-tree: inner page without a base");
+    ASSIGN_OR_RETURN(BaseView base, BaseView::Parse(PayloadOf(base_node)));
+    if (base.is_leaf()) return Status::InvalidArgument("bw-tree: GatherInner on a leaf");
+    const BaseHeader& h = base.header();
+    if (own) {
+      out->header.type = NodeType::kInner;
+      out->header.level = h.level;
+      out->header.low_key = h.low_key;
     } else {
-      entries.insert(pos, InnerEntry{it->key, it->pid});
+      merged_levels.push_back(h.level);
     }
+    RangeFromBase(h, &range_set, &out->header);
+    entries->reserve(base.count() + index.size());
+    for (size_t i = 0; i < base.count(); ++i) {
+      ASSIGN_OR_RETURN(InnerEntry e, base.EntryAt(i));
+      if (cut && !(e.separator < *cut)) break;
+      entries->push_back(e);
+    }
+    // Oldest first: each index delta sets the child of the range at its
+    // separator (a new entry for a posted split, a new child for a deleted
+    // term); a merged sibling's entries (all at or above its merge delta's
+    // separator, so above every entry older than it) join in their turn.
+    auto apply = [&](const DeltaView& d) {
+      auto pos = std::lower_bound(entries->begin(), entries->end(), d.key,
+                                  [](const InnerEntry& e, Slice k) { return e.separator < k; });
+      if (pos != entries->end() && pos->separator == d.key) {
+        pos->child = d.pid;
+      } else {
+        entries->insert(pos, InnerEntry{d.key, d.pid});
+      }
+    };
+    size_t next_merge = merges.size();  // merges are newest first too
+    for (size_t i = index.size(); i-- > 0;) {
+      // Merges newer than index[i+1..] and older than index[i]: those whose
+      // recorded count of newer index deltas is i + 1.
+      while (next_merge > 0 && merges[next_merge - 1].first == i + 1) {
+        --next_merge;
+        AppendMerged(std::move(merges[next_merge].second), entries);
+      }
+      apply(index[i]);
+    }
+    while (next_merge > 0) {
+      --next_merge;
+      AppendMerged(std::move(merges[next_merge].second), entries);
+    }
+    return Status::OK();
+  }
+
+  static void AppendMerged(std::vector<InnerEntry> theirs, std::vector<InnerEntry>* entries) {
+    for (InnerEntry& e : theirs) {
+      auto pos = std::lower_bound(entries->begin(), entries->end(), e.separator,
+                                  [](const InnerEntry& x, Slice k) { return x.separator < k; });
+      if (pos != entries->end() && pos->separator == e.separator) {
+        pos->child = e.child;
+      } else {
+        entries->insert(pos, e);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Status GatherInner(const PageNode* head, InnerImage* out) {
+  return GatherInner(head, PageReader(), out);
+}
+
+Status GatherInner(const PageNode* head, const PageReader& read, InnerImage* out) {
+  *out = InnerImage();
+  InnerGatherer g{read, out};
+  std::vector<InnerEntry> entries;
+  RETURN_IF_ERROR(g.Chain(head, /*own=*/true, std::nullopt, &entries));
+  for (uint8_t level : g.merged_levels) {
+    if (level != out->header.level) return Status::Corruption("bw-tree: merged sibling at another level");
   }
   out->entries.reserve(entries.size());
   for (const InnerEntry& e : entries) {
@@ -561,12 +642,12 @@ Result<PageNode*> CopyInner(llama::Llama* llama, const PageNode* head, size_t* e
 }  // namespace
 
 Result<PageNode*> ConsolidateInnerChain(llama::Llama* llama, const PageNode* head,
-                                        size_t* entries, bool* copied) {
+                                        size_t* entries, bool* copied, const PageReader& read) {
   ASSIGN_OR_RETURN(PageNode* copy, CopyInner(llama, head, entries));
   if (copied != nullptr) *copied = copy != nullptr;
   if (copy != nullptr) return copy;
   InnerImage image;
-  RETURN_IF_ERROR(GatherInner(head, &image));
+  RETURN_IF_ERROR(GatherInner(head, read, &image));
   const size_t size = InnerBaseSize(image.header, image.entries);
   PageNode* node = llama->NewNode(NodeKind::kBase, size, 0);
   EncodeInnerBase(image.header, image.entries, node->payload());

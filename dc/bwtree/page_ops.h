@@ -199,8 +199,12 @@ struct ChildLookup {
 // (low, next] and redirects apply when key > separator. Without want_next,
 // an answer from the base leaves `next` unset (empty, not infinite): a
 // descent needs child and low only, and skips reading the next entry.
+// With `through_remove`, a remove-node delta on top of the chain is passed
+// over (a removed inner page's own routing, read through its left
+// neighbour's merge delta), as in Lookup.
 Result<ChildLookup> FindChild(const llama::PageNode* head, Slice key, bool before = false,
-                              const BaseView* base = nullptr, bool want_next = true);
+                              const BaseView* base = nullptr, bool want_next = true,
+                              bool through_remove = false);
 // FindChild's answer from an inner base alone, into *out (which starts as a
 // default ChildLookup): what FindChild does at the end of the chain, and all
 // it does on a consolidated inner page (no deltas: the descent's common case).
@@ -260,14 +264,23 @@ Result<std::vector<LeafRecord>> VisibleRecords(const LeafImage& image);
 
 // An inner page's routing, consolidated: the base's entries with the index
 // deltas applied oldest first (each sets the child of the range starting at
-// its separator), the newest split applied, and consecutive entries routing
-// to the same child folded into the first.
+// its separator), the newest split applied, the entries of each merged
+// sibling (its own routing, gathered below its remove-node) brought in at
+// its merge delta's place in that order, and consecutive entries routing to
+// the same child folded into the first. The newest split or merge decides
+// the high key and right sibling, as for leaves.
 struct InnerImage {
   BaseHeader header;
   std::vector<InnerEntry> entries;
+  std::vector<PageId> merged;  // siblings whose routing was merged in
+  bool removed = false;        // the chain starts with a remove-node delta
 };
-// NotSupported for merge or remove-node deltas (inner nodes are not merged).
+// A remove-node delta on top is passed over (noted in `removed`); anywhere
+// else it is Corruption. Merge deltas read the merged sibling through
+// `read`: NotSupported when `read` is empty; Corruption when the sibling
+// has no state or is not an inner page of the same level.
 Status GatherInner(const llama::PageNode* head, InnerImage* out);
+Status GatherInner(const llama::PageNode* head, const PageReader& read, InnerImage* out);
 
 // An inner page's chain consolidated straight into a new base node for
 // Llama::UpdateR (tag 0): the entries GatherInner gathers, encoded as
@@ -280,8 +293,11 @@ Status GatherInner(const llama::PageNode* head, InnerImage* out);
 // neighbours together) is gathered. The node is the caller's until UpdateR
 // succeeds (Llama::DiscardNode otherwise). *copied (when given) says which
 // way it went: true for the byte copy.
+// A chain with merge deltas is gathered with `read` (GatherInner); the
+// caller frees the merged siblings with the new base (a system transaction).
 Result<llama::PageNode*> ConsolidateInnerChain(llama::Llama* llama, const llama::PageNode* head,
-                                               size_t* entries, bool* copied = nullptr);
+                                               size_t* entries, bool* copied = nullptr,
+                                               const PageReader& read = {});
 
 // Consolidates a gathered leaf (OpenBw-Tree 4.3 fast consolidation): as
 // Consolidate(head, ...) below, for any image.

@@ -37,6 +37,8 @@ struct HarnessConfig {
   uint32_t max_scan_items = 64;
   size_t max_multiget_keys = 128;
   double max_above_esl_share = dc::DcOptions{}.max_above_esl_share;  // of memory_budget
+  // BwTreeOptions::inner_merge_entries (0: inner pages never merge).
+  size_t inner_merge_entries = bwtree::BwTreeOptions::kAutoInnerMerge;
 };
 
 class DcHarness {
@@ -125,6 +127,7 @@ class InProcessHarness : public DcHarness {
     o.tree.leaf_delta_threshold = 4;
     o.tree.inner_delta_threshold = 2;
     o.tree.leaf_merge_records = 2;
+    o.tree.inner_merge_entries = c.inner_merge_entries;
     o.tree.node_max_bytes = 16 << 10;
     o.max_batch_ops = c.max_batch_ops;
     o.max_batch_bytes = c.max_batch_bytes;

@@ -91,7 +91,7 @@ void RequireStats(const BwTree::Stats& s, bool merges) {
 // One thread
 
 void RunSingle(uint64_t seed, BwTreeOptions o, bool purge, uint64_t key_space, int steps,
-               int check_every, bool want_merges) {
+               int check_every, bool want_merges, bool want_inner_merges = false) {
   INFO("seed " << seed);
   auto env = NewMemEnv();
   auto l = OpenLlama(env.get(), TreeLlamaOptions());
@@ -103,9 +103,12 @@ void RunSingle(uint64_t seed, BwTreeOptions o, bool purge, uint64_t key_space, i
   Driver driver(tree.get(), &lsn, purge ? TrailingPurge(&lsn) : nullptr, d, seed, 0);
   // Merges need leaves to shrink, which a random mix does only now and then:
   // when they are wanted, keep going (up to 10x) until one has happened.
-  for (int done = 0;
-       done < steps || (want_merges && tree->GetStats().merges == 0 && done < 10 * steps);
-       done += check_every) {
+  // Inner merges likewise.
+  auto wanting = [&] {
+    const BwTree::Stats s = tree->GetStats();
+    return (want_merges && s.merges == 0) || (want_inner_merges && s.inner_merges == 0);
+  };
+  for (int done = 0; done < steps || (wanting() && done < 10 * steps); done += check_every) {
     const bool ok = driver.Run(check_every);
     INFO(driver.failure());
     REQUIRE(ok);
@@ -115,6 +118,11 @@ void RunSingle(uint64_t seed, BwTreeOptions o, bool purge, uint64_t key_space, i
     RequireCheck(tree.get());
   }
   RequireStats(tree->GetStats(), want_merges);
+  if (want_inner_merges) {
+    const BwTree::Stats s = tree->GetStats();
+    INFO("inner merges " << s.inner_merges << ", root collapses " << s.root_collapses);
+    CHECK(s.inner_merges > 0);
+  }
 }
 
 TEST_CASE("One thread's random operations match a std::map model", "[dc][bwtree][model]") {
@@ -134,6 +142,16 @@ TEST_CASE("One thread's random operations match a std::map model", "[dc][bwtree]
     o.leaf_merge_records = 4;
     RunSingle(seed, o, true, 1500, 2000, 1000, false);
   }
+}
+
+// Deletes heavy enough, with inner pages small enough, that inner pages
+// merge under the model's checks (and, in some runs, the root collapses).
+TEST_CASE("Random operations with inner merges match a std::map model", "[dc][bwtree][model]") {
+  const uint64_t seed = TestSeed();
+  BwTreeOptions o = SmallNodeOptions();
+  o.inner_merge_entries = 2;
+  o.inner_delta_threshold = 0;
+  RunSingle(seed, o, true, 900, 3000, 500, true, /*want_inner_merges=*/true);
 }
 
 TEST_CASE("One thread's random operations match a std::map model (long)", "[dc][bwtree][model][.]") {

@@ -67,7 +67,15 @@ struct MergedStore {
     REQUIRE(h.local()->SetEsl(kEsl, IncarnationOf(h.local())).ok());
     MergeRange(h.local(), &lsn, keys, lo, hi, stale);
   }
-  InProcessHarness h{HarnessConfig{}};
+  // Leaf merges only: the tests find the stale routes that leaf merges
+  // leave in level-1 pages, and the lowest free PID must be a freed leaf
+  // (an inner merge frees inner PIDs, whose stale routes are a level up).
+  static HarnessConfig Config() {
+    HarnessConfig c;
+    c.inner_merge_entries = 0;
+    return c;
+  }
+  InProcessHarness h{Config()};
   uint64_t lsn = 0;
 };
 

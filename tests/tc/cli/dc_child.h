@@ -1,90 +1,20 @@
-// Child: a `deuteron` process started by a test (its stdout a pipe), and
-// the helpers to start `deuteron dc` and read the port it serves on.
+// StartDc: the port a `deuteron dc` child process serves on, from its first
+// line. The child process itself (Child) and TempDir: cli_util.h.
 //
 // Thread safety: a Child is used by one thread.
 #pragma once
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <cstdint>
 
-#include <catch2/catch.hpp>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
-#include <vector>
+#include "tests/tc/cli/cli_util.h"
 
 namespace deuteron {
 
-// A child process running `deuteron` with args; its stdout is a pipe.
-class Child {
- public:
-  explicit Child(std::vector<std::string> args) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(DEUTERON_BIN));
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(DEUTERON_BIN, argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ != nullptr) fclose(out_);
-  }
-  // The next line of the child's stdout ("" at end of file).
-  std::string ReadLine() {
-    char buf[512];
-    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
-    return buf;
-  }
-  // Sends `sig` and returns the exit status (-1 if killed by a signal).
-  int Stop(int sig) {
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+using test::Child;
+using test::TempDir;
 
- private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
-};
-
-inline std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-cli-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
-// Reads the `deuteron dc` child's first line and returns the port it serves on.
-inline uint16_t StartDc(Child* child) {
-  const std::string line = child->ReadLine();
-  INFO("first line: " << line);
-  const size_t colon = line.rfind(':', line.find(" (rssp"));
-  REQUIRE(line.find("serving") != std::string::npos);
-  REQUIRE(colon != std::string::npos);
-  return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
-}
+// Reads the `deuteron dc` child's first line ("deuteron dc: serving DIR on
+// HOST:PORT (rssp ...)") and returns the port it serves on.
+inline uint16_t StartDc(Child* child) { return test::ServingPort(child->ReadLine()); }
 
 }  // namespace deuteron

@@ -46,34 +46,6 @@ uint32_t GetBigEndian32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
-Status FromTransportException(const TTransportException& e, const char* method) {
-  const std::string msg = fmt::format("{}: {}", method, e.what());
-  switch (e.getType()) {
-    case TTransportException::TIMED_OUT:
-      return Status::TimedOut(msg);
-    case TTransportException::BAD_ARGS:
-    case TTransportException::CORRUPTED_DATA:
-    case TTransportException::INTERNAL_ERROR:
-      return Status::IOError(msg);
-    default:  // NOT_OPEN, END_OF_FILE, CLIENT_DISCONNECT, INTERRUPTED, UNKNOWN
-      return Status::Unavailable(msg);
-  }
-}
-
-Status FromApplicationException(const TApplicationException& e, const char* method) {
-  const std::string msg = fmt::format("{}: server rejected the call: {}", method, e.what());
-  switch (e.getType()) {
-    case TApplicationException::UNKNOWN_METHOD:
-      return Status::NotSupported(msg);
-    case TApplicationException::PROTOCOL_ERROR:
-    case TApplicationException::INVALID_MESSAGE_TYPE:
-    case TApplicationException::WRONG_METHOD_NAME:
-      return Status::InvalidArgument(msg);
-    default:
-      return Status::Internal(msg);
-  }
-}
-
 }  // namespace
 
 // One TCP connection with its own generated client. Requests are serialized

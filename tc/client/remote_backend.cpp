@@ -38,34 +38,6 @@ using thrift::transport::TFramedTransport;
 using thrift::transport::TSocket;
 using thrift::transport::TTransportException;
 
-Status FromTransportException(const TTransportException& e, const char* method) {
-  const std::string msg = fmt::format("{}: {}", method, e.what());
-  switch (e.getType()) {
-    case TTransportException::TIMED_OUT:
-      return Status::TimedOut(msg);
-    case TTransportException::BAD_ARGS:
-    case TTransportException::CORRUPTED_DATA:
-    case TTransportException::INTERNAL_ERROR:
-      return Status::IOError(msg);
-    default:  // NOT_OPEN, END_OF_FILE, CLIENT_DISCONNECT, INTERRUPTED, UNKNOWN
-      return Status::Unavailable(msg);
-  }
-}
-
-Status FromApplicationException(const TApplicationException& e, const char* method) {
-  const std::string msg = fmt::format("{}: server rejected the call: {}", method, e.what());
-  switch (e.getType()) {
-    case TApplicationException::UNKNOWN_METHOD:
-      return Status::NotSupported(msg);
-    case TApplicationException::PROTOCOL_ERROR:
-    case TApplicationException::INVALID_MESSAGE_TYPE:
-    case TApplicationException::WRONG_METHOD_NAME:
-      return Status::InvalidArgument(msg);
-    default:
-      return Status::Internal(msg);
-  }
-}
-
 // Errors after which the transaction is still active on the server.
 bool KeepsTransaction(const Status& s) {
   switch (s.code()) {
@@ -124,10 +96,10 @@ class Conn {
     } catch (const proto::DeuteronError& e) {
       return proto::FromDeuteronError(e);
     } catch (const TApplicationException& e) {
-      return FromApplicationException(e, method);
+      return proto::FromApplicationException(e, method);
     } catch (const TTransportException& e) {
       broken_ = true;
-      return FromTransportException(e, method);
+      return proto::FromTransportException(e, method);
     } catch (const std::exception& e) {  // a reply we cannot decode
       broken_ = true;
       return Status::IOError(fmt::format("{}: {}", method, e.what()));

@@ -148,16 +148,12 @@ TEST_CASE("txn: power loss (whole process, TC only, DC only) during concurrent c
           "[tc][txn][crash]") {
   for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kBoth);
   for (uint64_t seed = 1; seed <= 5; ++seed) PowerLossRound(seed, 4, CrashMode3::kTcOnly);
-  // DcServer::Stop under load: not under TSan (tests/tc/txn/tc_harness.h).
-  if (!kTsanBuild) {
-    for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kDcOnly);
-  }
+  for (uint64_t seed = 1; seed <= 3; ++seed) PowerLossRound(seed, 4, CrashMode3::kDcOnly);
 }
 
 TEST_CASE("txn: power loss during concurrent commits, many seeds", "[.][tc][txn][crash]") {
   for (uint64_t seed = 1; seed <= 60; ++seed) {
     const auto mode = static_cast<CrashMode3>(seed % 3);
-    if (kTsanBuild && mode == CrashMode3::kDcOnly) continue;
     PowerLossRound(seed, 8, mode);
   }
 }

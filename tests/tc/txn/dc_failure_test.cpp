@@ -154,10 +154,6 @@ struct Bank {
 
 TEST_CASE("txn dc failure: the DC process dies under 16 transferring threads and comes back",
           "[tc][txn][dcfail]") {
-  if (kTsanBuild) {
-    WARN("skipped under TSan: DcServer::Stop under load (tests/tc/txn/tc_harness.h)");
-    return;
-  }
   TcHarness h(/*remote=*/true, 1, Options());
   Fund(h, 200, 16);
   Bank bank(h, 200, 16);
@@ -187,10 +183,6 @@ TEST_CASE("txn dc failure: the DC process dies under 16 transferring threads and
 
 TEST_CASE("txn dc failure: a commit while the DC is down is committed and reads wait then get Unavailable",
           "[tc][txn][dcfail]") {
-  if (kTsanBuild) {
-    WARN("skipped under TSan: DcServer::Stop (tests/tc/txn/tc_harness.h)");
-    return;
-  }
   tc::TxnOptions o = Options();
   // The commit, not a probe or the idle ESL send, finds the DC gone.
   o.dc_probe_interval = milliseconds(0);
@@ -253,10 +245,6 @@ TEST_CASE("txn dc failure: a commit while the DC is down is committed and reads 
 
 TEST_CASE("txn dc failure: an idle TC notices a DC that restarted and replays",
           "[tc][txn][dcfail]") {
-  if (kTsanBuild) {
-    WARN("skipped under TSan: DcServer::Stop (tests/tc/txn/tc_harness.h)");
-    return;
-  }
   TcHarness h(/*remote=*/true, 1, Options());
   for (int i = 0; i < 50; ++i) {
     auto t = h.tm().Begin();
@@ -316,10 +304,6 @@ TEST_CASE("txn dc failure: a rogue RestartTo mid-load; the TC takes the DC back"
 }
 
 TEST_CASE("txn dc failure: DC deaths under load, long", "[.][tc][txn][dcfail]") {
-  if (kTsanBuild) {
-    WARN("skipped under TSan: DcServer::Stop under load (tests/tc/txn/tc_harness.h)");
-    return;
-  }
   TcHarness h(/*remote=*/true, 3, Options());
   Fund(h, 1000, 16);
   Bank bank(h, 1000, 16);

@@ -29,23 +29,6 @@
 
 namespace deuteron::test {
 
-// True in ThreadSanitizer builds. DcServer::Stop while a client is still
-// connected and calling (the TC's commits, probes and recovery rounds) trips
-// TSan reports inside asio's strands (the server's shutdown, not the TC: see
-// tc/txn.md, "Not done yet"); the tests that stop a DC server under a
-// running TC skip there.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kTsanBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kTsanBuild = true;
-#else
-inline constexpr bool kTsanBuild = false;
-#endif
-#else
-inline constexpr bool kTsanBuild = false;
-#endif
-
 // Failures seen on worker threads (Catch's assertions are for the test's
 // thread only); the test thread reports them with CheckNone.
 class ThreadErrors {

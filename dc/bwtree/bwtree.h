@@ -408,6 +408,13 @@ class BwTree {
   // Installs a consolidated `chain` over `head` by Update-R, counting the
   // outcome; a lost race discards the chain. True when installed.
   bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);
+  // Installs `chain` as pid's state over `head` and frees the `merged`
+  // siblings folded into it, in one system transaction (no recovery sees the
+  // new state without the frees, or the frees without it). False when another
+  // thread changed the page or freed a sibling first (the chain is then
+  // discarded); an error when the commit failed.
+  Result<bool> InstallOverMerged(PageId pid, const llama::PageNode* head, llama::PageNode* chain,
+                                 const std::vector<PageId>& merged);
   Status SplitNode(PageId pid, uint32_t level);
   // Posts [separator, ...) -> right in the parent level for the range that
   // routes `separator` to `left`; with `span`, also every following range

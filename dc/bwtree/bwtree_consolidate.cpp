@@ -142,19 +142,22 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     *installed = InstallConsolidated(pid, head, chain);
     return Status::OK();
   }
-  // The merged siblings' records now live in this page's new base. One
-  // system transaction installs it and frees the siblings: its record holds
-  // the new base and the frees, so no recovery sees either without the
-  // other (a free without the base would lose records; the base without the
-  // free would leak the siblings' PIDs).
+  // The merged siblings' records now live in this page's new base.
+  ASSIGN_OR_RETURN(*installed, InstallOverMerged(pid, head, chain, image.merged));
+  return Status::OK();
+}
+
+Result<bool> BwTree::InstallOverMerged(PageId pid, const PageNode* head, PageNode* chain,
+                                       const std::vector<PageId>& merged) {
   std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
-  auto give_up = [&](Status s) {
+  auto give_up = [&](Status s) -> Result<bool> {
     llama_->TAbort(txn.get());
     llama_->DiscardChain(chain);
     counters_->failed_consolidations.Add();
-    return s;
+    if (!s.ok()) return s;
+    return false;
   };
-  for (PageId r : image.merged) {
+  for (PageId r : merged) {
     // A sibling freed meanwhile was folded in by another consolidation of
     // this page, so `head` is stale and the commit could not succeed anyway.
     if (!llama_->TFree(txn.get(), r).ok()) return give_up(Status::OK());
@@ -163,9 +166,8 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
   Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, chain, bound, bound);
   if (!committed.ok() || !*committed) return give_up(committed.status());
   counters_->consolidations.Add();
-  counters_->pages_freed.Add(image.merged.size());
-  *installed = true;
-  return Status::OK();
+  counters_->pages_freed.Add(merged.size());
+  return true;
 }
 
 Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode** installed,
@@ -224,23 +226,9 @@ Status BwTree::ConsolidateInnerMerges(PageId pid, const PageNode* head,
     }
     return Status::OK();
   }
-  // One system transaction installs the new base and frees the merged
-  // siblings (their routing now lives in it), as for leaves.
-  std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
-  auto give_up = [&](Status st) {
-    llama_->TAbort(txn.get());
-    llama_->DiscardChain(base);
-    counters_->failed_consolidations.Add();
-    return st;
-  };
-  for (PageId r : image.merged) {
-    if (!llama_->TFree(txn.get(), r).ok()) return give_up(Status::OK());
-  }
-  const uint64_t bound = FlushBound();  // the annotation: never below the bound
-  Result<bool> committed = llama_->TCommitReplace(txn.get(), pid, head, base, bound, bound);
-  if (!committed.ok() || !*committed) return give_up(committed.status());
-  counters_->consolidations.Add();
-  counters_->pages_freed.Add(image.merged.size());
+  // The merged siblings' routing now lives in the new base, as for leaves.
+  ASSIGN_OR_RETURN(bool done, InstallOverMerged(pid, head, base, image.merged));
+  if (!done) return Status::OK();
   *installed = base;
   *entries = image.entries.size();
   return Status::OK();

@@ -9,11 +9,11 @@
 // `txn/log` (write-only commits/s over the log's; target 0.5 at 64 clients).
 //
 // Modes (`system`; --only): `embedded` (tc::Database: TC and DC in this
-// process, real files under the scratch directory) and `log`. The client
-// issue adds `split` (the TC here, its DC a `deuteron dc` server on loopback)
-// and `remote` (a `deuteron serve` through the client library): each is one
-// more TxnSystem (below) and, measured in the same run, ratio lines against
-// `embedded`.
+// process, real files under the scratch directory), `log`, and (issue 30,
+// bench/txn_bench_modes.h) `split` (the TC here, its DC a `deuteron dc`
+// server on loopback) and `remote` (a `deuteron serve` through the client
+// library), each with ratio lines against `embedded` measured in the same
+// round.
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -27,6 +27,8 @@
 
 #include "bench/bench_util.h"
 #include "bench/log_driver.h"
+#include "bench/txn_bench_modes.h"
+#include "bench/txn_system.h"
 #include "bench/zipf.h"
 #include "common/random.h"
 #include "tc/commit_record.h"
@@ -109,45 +111,6 @@ tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
   return o;
 }
 
-// One transaction of a system under test. Lock failures (Deadlock,
-// TimedOut) abort it, as tc::Transaction does.
-class BenchTxn {
- public:
-  virtual ~BenchTxn() = default;
-  // NotFound is a result, not a failure.
-  virtual Status Get(const std::string& key) = 0;
-  virtual Status Put(const std::string& key, const std::string& value) = 0;
-  virtual Status Commit() = 0;
-};
-
-// A transactional store the clients drive: embedded now; split and remote
-// (issue 30) add theirs.
-class TxnSystem {
- public:
-  virtual ~TxnSystem() = default;
-  virtual const char* name() const = 0;
-  virtual std::unique_ptr<BenchTxn> Begin() = 0;
-  // Progress line with the system's counters.
-  virtual void Report(const std::string& what) = 0;
-};
-
-class EmbeddedTxn final : public BenchTxn {
- public:
-  explicit EmbeddedTxn(std::unique_ptr<tc::Transaction> t) : t_(std::move(t)) {}
-  Status Get(const std::string& key) override {
-    Result<std::string> r = t_->Get(key);
-    if (r.ok() || r.status().IsNotFound()) return Status::OK();
-    return r.status();
-  }
-  Status Put(const std::string& key, const std::string& value) override {
-    return t_->Put(key, value);
-  }
-  Status Commit() override { return t_->Commit(); }
-
- private:
-  std::unique_ptr<tc::Transaction> t_;
-};
-
 // TC and DC in this process over one directory (tc::Database).
 class EmbeddedSystem final : public TxnSystem {
  public:
@@ -160,7 +123,7 @@ class EmbeddedSystem final : public TxnSystem {
   ~EmbeddedSystem() override { CheckOk(db_->Close(), "close the embedded database"); }
   const char* name() const override { return "embedded"; }
   std::unique_ptr<BenchTxn> Begin() override {
-    return std::make_unique<EmbeddedTxn>(db_->Begin());
+    return std::make_unique<TcTxn>(db_->Begin());
   }
   void Report(const std::string& what) override {
     const tc::TxnStats s = db_->txn().stats();
@@ -385,13 +348,18 @@ int Main(int argc, char** argv) {
   info.takes_rounds = true;
   info.settings = LogSettings();
   for (Setting& st : TxnSettings()) info.settings.push_back(std::move(st));
+  for (Setting& st : ModeSettings()) info.settings.push_back(std::move(st));
   info.flags = {{"keys", "keys preloaded (not timed) and used (--quick: 100000)", "1000000"},
                 {"seconds", "seconds per point (--quick: 0.5)", "2"},
                 {"mix", "comma-separated: write (write-only), deuteronomy (84% reads)",
                  "write,deuteronomy"},
-                {"dist", "comma-separated: uniform, zipf", "uniform,zipf"}};
+                {"dist", "comma-separated: uniform, zipf", "uniform,zipf"},
+                {"deuteron", "the deuteron program for split and remote (default: next to this one)",
+                 ""}};
   info.groups = {{"embedded", "transactions over tc::Database (TC and DC in this process)"},
-                 {"log", "the log alone, one 4-write record per commit"}};
+                 {"log", "the log alone, one 4-write record per commit"},
+                 {"split", "a TC here whose DC is a deuteron dc process on loopback"},
+                 {"remote", "a deuteron serve process on loopback, through the client library"}};
   ScratchDir scratch;
   const BenchArgs args = ParseArgs(argc, argv, info, &scratch);
 
@@ -433,6 +401,12 @@ int Main(int argc, char** argv) {
                                                 TxnOptionsFrom(args));
     Preload(embedded.get(), keys, [&] { return embedded->db().Checkpoint(); });
   }
+  std::vector<std::unique_ptr<ModeSystem>> modes =
+      StartModes(args, scratch.path(), log_options, TxnOptionsFrom(args));
+  for (std::unique_ptr<ModeSystem>& m : modes) {
+    Progress("{}: preloading", m->name());
+    Preload(m.get(), keys, [&] { return m->Checkpoint(); });
+  }
 
   // (workload, threads) -> the rounds' txn/log ratios.
   std::map<std::tuple<std::string, int>, RatioSeries> series;
@@ -466,6 +440,20 @@ int Main(int argc, char** argv) {
                  log_cell.ops_per_s(), log_cell.p50_us());
       };
       std::map<std::string, PointResult> points;
+      std::map<std::string, std::map<std::string, PointResult>> mode_points;  // system, workload
+      auto run_modes = [&] {
+        for (std::unique_ptr<ModeSystem>& m : modes) {
+          for (Mix mix : mixes) {
+            for (Dist dist : dists) {
+              const Workload w{mix, dist, keys};
+              const PointResult r = RunPoint(m.get(), w, zipf.get(), threads, seconds, seed++);
+              PrintPoint(m->name(), w, threads, round, r);
+              mode_points[m->name()][WorkloadName(w)] = r;
+            }
+          }
+          m->Report(fmt::format("{} threads={} round {}", m->name(), threads, round));
+        }
+      };
       auto run_txn = [&] {
         if (embedded == nullptr) return;
         for (Mix mix : mixes) {
@@ -482,9 +470,19 @@ int Main(int argc, char** argv) {
       if (round % 2 == 1) {
         run_log();
         run_txn();
+        run_modes();
       } else {
+        run_modes();
         run_txn();
         run_log();
+      }
+      for (const auto& [mode, by_workload] : mode_points) {
+        for (const auto& [name, r] : by_workload) {
+          const auto e = points.find(name);
+          if (e == points.end()) continue;
+          PrintModeRatio(kBench, mode, name, threads, round, r.commits, r.seconds, r.ops_per_s(),
+                         e->second.ops_per_s());
+        }
       }
       if (!have_log) continue;
       for (const auto& [name, r] : points) {
@@ -504,6 +502,7 @@ int Main(int argc, char** argv) {
                  &s.ratios);
     }
   }
+  modes.clear();
   embedded.reset();
   Progress("done");
   return 0;

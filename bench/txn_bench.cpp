@@ -410,6 +410,7 @@ int Main(int argc, char** argv) {
 
   // (workload, threads) -> the rounds' txn/log ratios.
   std::map<std::tuple<std::string, int>, RatioSeries> series;
+  ModeRatios mode_ratios(kBench);
   uint64_t seed = 1;
   for (int round = 1; round <= args.rounds; ++round) {
     for (int threads : args.threads) {
@@ -480,8 +481,8 @@ int Main(int argc, char** argv) {
         for (const auto& [name, r] : by_workload) {
           const auto e = points.find(name);
           if (e == points.end()) continue;
-          PrintModeRatio(kBench, mode, name, threads, round, r.commits, r.seconds, r.ops_per_s(),
-                         e->second.ops_per_s());
+          mode_ratios.Add(mode, name, threads, round, r.commits, r.seconds, r.ops_per_s(),
+                          e->second.ops_per_s());
         }
       }
       if (!have_log) continue;
@@ -502,6 +503,7 @@ int Main(int argc, char** argv) {
                  &s.ratios);
     }
   }
+  if (args.rounds > 1) mode_ratios.PrintMedians();
   modes.clear();
   embedded.reset();
   Progress("done");

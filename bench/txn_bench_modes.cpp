@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -165,18 +166,46 @@ std::vector<std::unique_ptr<ModeSystem>> StartModes(const BenchArgs& args,
   return modes;
 }
 
-void PrintModeRatio(const char* bench, const std::string& mode, const std::string& workload,
-                    int threads, int round, uint64_t ops, double seconds, double mode_ops_per_s,
-                    double embedded_ops_per_s) {
-  const std::string system = mode + "/embedded";
+void ModeRatios::Add(const std::string& mode, const std::string& workload, int threads, int round,
+                     uint64_t ops, double seconds, double mode_ops_per_s,
+                     double embedded_ops_per_s) {
   const double ratio = Ratio(mode_ops_per_s, embedded_ops_per_s);
-  ResultLine line(bench, workload, system, threads, ops, seconds);
-  line.Set("round", round).Set("ratio", ratio);
+  Print(mode, workload, threads, round, ops, seconds, ratio, nullptr);
+  Series& s = series_[{mode, workload, threads}];
+  s.ratios.push_back(ratio);
+  s.ops += ops;
+  s.seconds += seconds;
+}
+
+void ModeRatios::PrintMedians() const {
+  for (const auto& [k, s] : series_) {
+    Print(std::get<0>(k), std::get<1>(k), std::get<2>(k), 0, s.ops, s.seconds, Median(s.ratios),
+          &s);
+  }
+}
+
+void ModeRatios::Print(const std::string& mode, const std::string& workload, int threads,
+                       int round, uint64_t ops, double seconds, double ratio,
+                       const Series* rounds) const {
+  const std::string system = mode + "/embedded";
+  ResultLine line(bench_, workload, system, threads, ops, seconds);
+  if (rounds != nullptr) {
+    std::vector<double> v = rounds->ratios;
+    std::sort(v.begin(), v.end());
+    line.SetString("statistic", "median")
+        .Set("rounds", uint64_t{v.size()})
+        .Set("ratio", ratio)
+        .Set("ratio_min", v.front())
+        .Set("ratio_max", v.back());
+  } else {
+    line.Set("round", round).Set("ratio", ratio);
+  }
   const bool has_target =
       mode == "split" && threads == kSplitTargetThreads && workload == kSplitTargetWorkload;
   if (has_target) line.Set("target", kSplitTarget).SetBool("meets_target", ratio >= kSplitTarget);
   line.Print();
-  Progress("{} {} threads={} round {}: {:.2f}{}", system, workload, threads, round, ratio,
+  Progress("{} {} threads={} {}: {:.2f}{}", system, workload, threads,
+           rounds != nullptr ? "median" : fmt::format("round {}", round), ratio,
            has_target ? fmt::format(" (target {:.1f}: {})", kSplitTarget,
                                     ratio >= kSplitTarget ? "met" : "MISSED")
                       : "");

@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/bench_util.h"
@@ -45,10 +47,30 @@ std::vector<std::unique_ptr<ModeSystem>> StartModes(const BenchArgs& args,
                                                     const wal::LogOptions& log,
                                                     const tc::TxnOptions& txn);
 
-// Prints the ratio line `<mode>/embedded` of one point: the mode's commits/s
-// over embedded's in the same round, workload and thread count.
-void PrintModeRatio(const char* bench, const std::string& mode, const std::string& workload,
-                    int threads, int round, uint64_t ops, double seconds, double mode_ops_per_s,
-                    double embedded_ops_per_s);
+// The ratio lines `<mode>/embedded`: a mode's commits/s over embedded's in
+// the same round, workload and thread count; `target` and `meets_target` on
+// split/embedded at deuteronomy_zipf with 16 clients.
+class ModeRatios {
+ public:
+  explicit ModeRatios(const char* bench) : bench_(bench) {}
+  // Prints one round's line and keeps the ratio for PrintMedians.
+  void Add(const std::string& mode, const std::string& workload, int threads, int round,
+           uint64_t ops, double seconds, double mode_ops_per_s, double embedded_ops_per_s);
+  // One `statistic: "median"` line per (mode, workload, threads) over the
+  // rounds, with ratio_min and ratio_max.
+  void PrintMedians() const;
+
+ private:
+  struct Series {
+    std::vector<double> ratios;
+    uint64_t ops = 0;
+    double seconds = 0;
+  };
+  void Print(const std::string& mode, const std::string& workload, int threads, int round,
+             uint64_t ops, double seconds, double ratio, const Series* rounds) const;
+
+  const char* const bench_;
+  std::map<std::tuple<std::string, std::string, int>, Series> series_;  // mode, workload, threads
+};
 
 }  // namespace deuteron::bench

@@ -322,6 +322,8 @@ TEST_CASE("split deployment: kill -9 of both deuteron tc and deuteron dc, then b
   load.Start(split.tc_port());
   CHECK(load.WaitForProgress(10, std::chrono::seconds(30)));
   load.Stop();
+  INFO("other errors: " << load.other_errors() << " last " << load.last_other_error());
+  CHECK(load.other_errors() == 0);
   Verify(split.tc_port(), records);
   split.StopCleanly();
 }
@@ -340,6 +342,8 @@ TEST_CASE("split deployment: kill -9 of deuteron tc, restarted against the runni
   load.Start(split.tc_port());
   CHECK(load.WaitForProgress(10, std::chrono::seconds(30)));
   load.Stop();
+  INFO("other errors: " << load.other_errors() << " last " << load.last_other_error());
+  CHECK(load.other_errors() == 0);
   Verify(split.tc_port(), records);
   split.StopCleanly();
 }

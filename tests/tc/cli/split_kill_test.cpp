@@ -292,13 +292,13 @@ TEST_CASE("split deployment: kill -9 of deuteron dc, the TC recovers it in place
   std::vector<ClientRecord> records(kClients);
   Load load(&records);
   load.Start(split.tc_port());
-  REQUIRE(load.WaitForProgress(20, std::chrono::seconds(20)));
+  REQUIRE(load.WaitForProgress(10, std::chrono::seconds(30)));
   split.KillDc();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   split.StartDc(split.dc_port());  // the same port: the TC's address for it
   load.ResetProgress();
   // The same clients, through the same TC, commit again.
-  CHECK(load.WaitForProgress(20, std::chrono::seconds(30)));
+  CHECK(load.WaitForProgress(10, std::chrono::seconds(30)));
   load.Stop();
   INFO("other errors: " << load.other_errors() << " last " << load.last_other_error());
   CHECK(load.other_errors() == 0);
@@ -313,7 +313,7 @@ TEST_CASE("split deployment: kill -9 of both deuteron tc and deuteron dc, then b
   std::vector<ClientRecord> records(kClients);
   Load load(&records);
   load.Start(split.tc_port());
-  REQUIRE(load.WaitForProgress(20, std::chrono::seconds(20)));
+  REQUIRE(load.WaitForProgress(10, std::chrono::seconds(30)));
   split.KillDc();
   split.KillTc();
   load.Stop();
@@ -335,7 +335,7 @@ TEST_CASE("split deployment: kill -9 of deuteron tc, restarted against the runni
   std::vector<ClientRecord> records(kClients);
   Load load(&records);
   load.Start(split.tc_port());
-  REQUIRE(load.WaitForProgress(20, std::chrono::seconds(20)));
+  REQUIRE(load.WaitForProgress(10, std::chrono::seconds(30)));
   split.KillTc();
   load.Stop();
   split.StartTc();

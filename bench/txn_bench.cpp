@@ -343,7 +343,10 @@ int Main(int argc, char** argv) {
       "reads) x key distributions (uniform, Zipfian 0.99): commits/s, aborts by cause,\n"
       "commit latency. At each thread count, in the same run, the log alone committing\n"
       "one 4-write record per commit (log_bench's deuteron system); ratio line txn/log\n"
-      "(write-only; target 0.5 at 64 clients). See bench/README.md.";
+      "(write-only; target 0.5 at 64 clients). split and remote: the same transactions\n"
+      "through a deuteron dc / deuteron serve process on loopback, ratio lines\n"
+      "split/embedded (target 0.5, deuteronomy_zipf, 16 clients) and remote/embedded.\n"
+      "See bench/README.md.";
   info.default_threads = {1, 4, 16, 64};
   info.takes_rounds = true;
   info.settings = LogSettings();

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <editline/readline.h>
+#include <thrift/TOutput.h>
 
 #include "common/logging.h"
 #include "common/status.h"
@@ -120,6 +121,8 @@ int ShellMain(int argc, char** argv) {
     return 2;
   }
 
+  // Thrift's own lines about refused connections would repeat our errors.
+  apache::thrift::GlobalOutput.setOutputFunction([](const char*) {});
   std::string where;
   client::RemoteOptions remote;
   if (!address.empty()) {

@@ -51,6 +51,8 @@ struct Options {
   uint32_t threads = 4;
   std::string dir;  // empty: a fresh one under $TMPDIR, removed after a pass
   bool keep = false;
+  // The TC's checkpoint interval: short, so the crash finds an RSSP.
+  uint64_t checkpoint_ms = 5000;
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -202,7 +204,7 @@ Status Demo::StartTc() {
   Result<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
       self_,
       {"tc", "--dir", dir_ + "/tc", "--dc", "127.0.0.1:" + std::to_string(dc_port_), "--listen",
-       "127.0.0.1:0"},
+       "127.0.0.1:0", "--checkpoint-interval-ms", std::to_string(o_.checkpoint_ms)},
       dir_ + "/tc.log");
   if (!p.ok()) return p.status();
   tc_ = std::move(p).value();
@@ -371,11 +373,11 @@ void Demo::RunWorkload() {
   workload_s_ = SecondsSince(start);
   // The crash, while the threads are still committing.
   const pid_t dc_pid = dc_->pid(), tc_pid = tc_->pid();
-  const uint64_t acked_before = counters_.acknowledged.load();
   dc_->Kill();
   tc_->Kill();
   stop_.store(true);
   for (std::thread& t : threads) t.join();
+  const uint64_t acked_before = counters_.acknowledged.load();
   progress_.Clear();
   Say("  %llu transfers acknowledged in %.1f s (%.0f/s) by %u client threads; %llu aborted by "
       "lock conflicts, %llu declined (not enough money)\n",
@@ -546,6 +548,9 @@ int DemoMain(int argc, char** argv) {
   app.add_option("--threads", o.threads, "client threads (default 4)")->check(CLI::Range(1u, 64u));
   app.add_option("--dir", o.dir, "a new or empty directory to use and keep (default: a fresh "
                                  "temporary one, removed when the verification passes)");
+  app.add_option("--checkpoint-interval-ms", o.checkpoint_ms,
+                 "the TC's checkpoint interval (default 5000)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
   app.add_flag("--keep", o.keep, "keep the temporary directory (the servers' logs and data)");
   try {
     app.parse(argc, argv);

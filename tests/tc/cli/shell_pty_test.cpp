@@ -207,6 +207,13 @@ TEST_CASE("deuteron shell: usage and connection errors", "[tc][cli][shell]") {
   CHECK(RunScript({"--connect", "127.0.0.1:1"}, "", &out, &err) == 1);
   CHECK(err.find("deuteron shell: connect to 127.0.0.1:1: Unavailable") == 0);
   CHECK(RunScript({"--connect", "nonsense"}, "", &out, &err) != 0);
+  CHECK(err.find("address must be host:port") != std::string::npos);
+  // A directory a running server holds.
+  const std::string dir = TempDir();
+  Child server({"serve", "--dir", dir, "--listen", "127.0.0.1:0"});
+  ServingPort(server.ReadLine());
+  CHECK(RunScript({"--dir", dir}, "get a\n", &out, &err) == 1);
+  CHECK(err.find("deuteron shell: open " + dir + ": Busy") == 0);
 }
 
 }  // namespace

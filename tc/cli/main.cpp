@@ -6,6 +6,8 @@
 #include <string_view>
 
 #include "tc/cli/dc_command.h"
+#include "tc/cli/demo_command.h"
+#include "tc/cli/shell_command.h"
 #include "tc/cli/tc_command.h"
 
 namespace {
@@ -24,7 +26,9 @@ constexpr const char* kUsage =
     "commands:\n"
     "  dc          run a data component server (deuteron dc --help)\n"
     "  serve       run the TC and DC in one process, serving clients (deuteron serve --help)\n"
-    "  tc          run a TC server over a `deuteron dc` server (deuteron tc --help)\n";
+    "  tc          run a TC server over a `deuteron dc` server (deuteron tc --help)\n"
+    "  shell       an interactive prompt for transactions (deuteron shell --help)\n"
+    "  demo        the whole system in a minute: a bank, crashed and recovered (deuteron demo --help)\n";
 
 }  // namespace
 
@@ -45,6 +49,8 @@ int main(int argc, char** argv) {
   if (arg == "dc") return deuteron::cli::RunDcCommand(argc - 1, argv + 1);
   if (arg == "serve") return deuteron::cli::RunServeCommand(argc - 1, argv + 1);
   if (arg == "tc") return deuteron::cli::RunTcCommand(argc - 1, argv + 1);
+  if (arg == "shell") return deuteron::cli::ShellMain(argc - 1, argv + 1);
+  if (arg == "demo") return deuteron::cli::DemoMain(argc - 1, argv + 1);
   std::fprintf(stderr, "deuteron: unknown command or option '%s'\n\n%s", argv[1], kUsage);
   return 2;
 }

@@ -52,6 +52,8 @@ constexpr const char* kCommonOptions =
     "  --idle-timeout-s S   close connections idle this long, aborting their\n"
     "                       transactions (default 600)\n"
     "  --lock-timeout-ms MS a lock wait longer than this fails TimedOut (default 10000)\n"
+    "  --checkpoint-interval-ms MS  checkpoint (advance the RSSP) at least this often\n"
+    "                       while the log grows (default 60000)\n"
     "  --secret-file PATH   the shared secret every client (and, for tc, the DC server)\n"
     "                       must present; else $DEUTERON_SECRET. Required to listen on\n"
     "                       an address other than loopback\n"
@@ -67,6 +69,7 @@ struct Args {
   std::string dc_host;
   uint64_t dc_port = 0;
   uint64_t budget = 0, max_connections = 256, idle_s = 600, lock_timeout_ms = 10000;
+  uint64_t checkpoint_ms = 60000;
   std::string secret;
 };
 
@@ -148,6 +151,11 @@ class Command {
             a->lock_timeout_ms > 3600000) {
           return Usage("--lock-timeout-ms takes milliseconds, 1 to 3600000");
         }
+      } else if (arg == "--checkpoint-interval-ms") {
+        if (!ParseU64(value, &a->checkpoint_ms) || a->checkpoint_ms == 0 ||
+            a->checkpoint_ms > 86400000) {
+          return Usage("--checkpoint-interval-ms takes milliseconds, 1 to 86400000");
+        }
       } else if (arg == "--secret-file") {
         if (!ReadSecret(std::string(value), &a->secret)) {
           return Usage("--secret-file: cannot read a nonempty secret from " + std::string(value));
@@ -226,6 +234,7 @@ int RunServeCommand(int argc, char** argv) {
   tc::DatabaseOptions o;
   o.dc.llama.memory_budget = a.budget;
   o.txn.lock_timeout = std::chrono::milliseconds(a.lock_timeout_ms);
+  o.txn.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_ms);
   Result<std::unique_ptr<tc::Database>> db = tc::Database::Open(a.dir, o);
   if (!db.ok()) {
     std::fprintf(stderr, "deuteron serve: open %s: %s\n", a.dir.c_str(), db.status().ToString().c_str());
@@ -260,6 +269,7 @@ int RunTcCommand(int argc, char** argv) {
   if (!dc.ok()) return fail("connect to the DC at", dc_where, dc.status());
   tc::TxnOptions to;
   to.lock_timeout = std::chrono::milliseconds(a.lock_timeout_ms);
+  to.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_ms);
   Result<std::unique_ptr<tc::TxnManager>> tm = tc::TxnManager::Open(dc->get(), log->get(), to);
   if (!tm.ok()) return fail("recover against the DC at", dc_where, tm.status());
   const int rc = cmd.Serve(tm->get(), a, signals);

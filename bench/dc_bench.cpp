@@ -162,10 +162,11 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
     OpTally* tally = &tallies[static_cast<size_t>(t)];
     Histogram* h = latencies.ForThread(t);
     std::atomic<uint64_t>& counter = counters[static_cast<size_t>(t)];
-    while (!stop.load(std::memory_order_relaxed) && tally->errors == 0) {
+    // At least one operation, even on a thread scheduled late.
+    do {
       run->Step(store, t, &rng, h, tally);
       counter.store(tally->ops, std::memory_order_relaxed);
-    }
+    } while (!stop.load(std::memory_order_relaxed) && tally->errors == 0);
   });
   const double seconds = sw.Seconds();
   timer.join();

@@ -8,6 +8,7 @@
 // storage on synthetic and dedup; 10x lower worst-case latency); every figure
 // is a median over --rounds. bench/README.md ("dc_bench") says how each side
 // is configured and what every field means.
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -37,6 +38,16 @@ namespace {
 constexpr char kBench[] = "dc_bench";
 constexpr double kThroughputTarget = 3.0;  // dc/bdb ops/s, storage, synthetic and dedup
 constexpr double kLatencyTarget = 10.0;    // bdb max latency / dc max latency
+
+// CPUs this process may run on (its affinity mask: `taskset -c 0,1` gives 2).
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    return static_cast<int>(std::thread::hardware_concurrency());
+  }
+  return CPU_COUNT(&set);
+}
 
 uint64_t ProcRssBytes() {
   std::ifstream in("/proc/self/status");
@@ -199,7 +210,7 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
   line.SetString("mode", mode).SetString("phase", "run").Set("round", round);
   line.SetLatenciesNs(lat);
   line.Set("stddev_us", out.stddev_us);
-  line.Set("cores", static_cast<int>(std::thread::hardware_concurrency()))
+  line.Set("cores", UsableCores())
       .Set("cpu_util", Ratio(cpu, seconds))
       .Set("budget_bytes", uint64_t{budget})
       .Set("data_bytes", run->DataBytes())
@@ -310,11 +321,11 @@ int Run(int argc, char** argv) {
                  {"ycsb_e", "YCSB E (95% scans of 1-100, 5% inserts), random and email keys"},
                  {"ingest", "random inserts of 16-byte keys, 100-byte values; per-second lines"}};
   info.settings = {
-      {"scale_pct", "records per workload, percent of the defaults (about 16 MiB each)", 1, 10000,
-       100},
+      {"scale_pct", "records per workload, percent of 16 MiB of keys and values each", 1, 10000,
+       25},
       {"run_ms", "milliseconds per measured run (workload, mode, threads, system)", 10, 600000,
        1000},
-      {"ingest_ms", "milliseconds per ingest run", 10, 3600000, 4000},
+      {"ingest_ms", "milliseconds per ingest run", 10, 3600000, 3000},
       {"ingest_budget_mb", "the ingest's budget in storage mode, MiB", 1, 65536, 16},
       {"mem_factor", "in-memory mode: budget = this x the data size", 2, 64, 8},
       {"lss_buffer_kb", "DC: LSS flush buffer size, KiB (at least 512: one record of the largest size must fit)", 512, 65536, 1024},
@@ -341,7 +352,7 @@ int Run(int argc, char** argv) {
   o.store.rssp_period_ms = args.SettingValue("rssp_ms");
   o.store.rssp_log_bytes = args.SettingValue("rssp_log_mb") << 20;
   if (args.quick) {
-    o.scale = std::min(o.scale, 0.1);
+    o.scale = std::min(o.scale, 0.05);
     o.run_ms = std::min<uint64_t>(o.run_ms, 300);
     o.ingest_ms = std::min<uint64_t>(o.ingest_ms, 1000);
     o.ingest_budget = std::min<size_t>(o.ingest_budget, size_t{4} << 20);

@@ -231,7 +231,10 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
     line.Set("misses", sum.misses).Set("errors", sum.errors);
     Progress("{} {} {}: {} misses, {} errors ({})", store->name(), run->spec().name, mode,
              sum.misses, sum.errors, sum.first_error);
-    failed = true;
+    // Berkeley DB without transactions may read a key that a concurrent put
+    // is overwriting as absent (bench/README.md): reported, not fatal. The
+    // DC must never miss.
+    if (sum.errors != 0 || std::string_view(store->name()) == "dc") failed = true;
   }
   line.Print();
   return out;

@@ -116,6 +116,10 @@ class DcStore final : public KvStore {
                                           static_cast<double>(user_bytes)))
         .Set("lss_live_bytes", ls.lss.live_bytes_on_disk)
         .Set("checkpoints", ls.checkpoints)
+        .Set("lss_buffers_written", ls.lss.buffers_written)
+        .Set("lss_syncs", ls.lss.syncs)
+        .Set("lss_reserve_waits", ls.lss.reserve_waits)
+        .Set("eviction_flushes", ls.eviction_flushes)
         .Set("swap_outs", ls.swap_outs)
         .Set("page_loads", ls.page_loads)
         .Set("update_d_cas_failure_rate",

@@ -52,7 +52,7 @@ class DcStore final : public KvStore {
     ticker_ = std::thread([this] { Tick(); });
   }
   ~DcStore() override {
-    if (dc_ != nullptr) (void)Close();
+    if (dc_ != nullptr) Close().PermitUncheckedError();  // the owner closed it on success
   }
 
   const char* name() const override { return "dc"; }
@@ -238,7 +238,7 @@ class BdbStore final : public KvStore {
     if (rc != 0) return BdbError(rc, "db open");
     return std::unique_ptr<KvStore>(std::move(store));
   }
-  ~BdbStore() override { (void)Close(); }
+  ~BdbStore() override { Close().PermitUncheckedError(); }  // the owner closed it on success
 
   const char* name() const override { return "bdb"; }
 

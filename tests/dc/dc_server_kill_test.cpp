@@ -270,7 +270,7 @@ void AboveEsl(uint16_t port, Attack* a) {
         return;
       }
       const uint64_t incarnation = IncarnationOf(dc.get());
-      const std::string value(1000, 'x');
+      const std::string value(4000, 'x');  // 240 KB a batch: the backlog fills in a few dozen
       uint64_t lsn = (uint64_t{1} << 40) + (static_cast<uint64_t>(t) << 32);
       while (!a->stop.load()) {
         std::vector<std::string> keys;
@@ -294,7 +294,7 @@ void AboveEsl(uint16_t port, Attack* a) {
 
 TEST_CASE("kill -9 while writes pile up above the ESL", "[dc][server][kill]") {
   KillRun run;
-  run.min_rounds = 20;
+  run.min_rounds = 8;
   KillMidAttack(run, AboveEsl);
 }
 

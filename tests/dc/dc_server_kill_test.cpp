@@ -3,7 +3,9 @@
 // (DurableWriter, tests/dc/dc_server_kill_util.h) logs, applies and makes
 // durable its keys from another. Mid-attack the test checks the writer kept
 // making durable progress and the process's peak resident memory (VmHWM)
-// is within the stated bound, then SIGKILLs the server, restarts it on the
+// is within the stated bound; the attack's connections close and its
+// resident memory comes back within the DC's own bound; the attack starts
+// again and the test SIGKILLs the server mid-attack, restarts it on the
 // same directory and checks: every key below the RSSP the DC acknowledged
 // is there as it recovered (dc/dc.md, "RSSP" and "Close and crashes"); a
 // TC's restartTo its log's end and replay from the RSSP bring back every
@@ -71,8 +73,10 @@ struct KillSummary {
   uint64_t rounds = 0, stale = 0, retakes = 0, keys = 0, durable = 0;
 };
 
-// The harness: serve, write, attack, check progress and memory, kill -9,
-// restart, check recovery, shut down cleanly, check offline.
+// The harness: serve, write, attack, check progress and peak memory; close
+// the attack's connections and check the process comes back within the DC's
+// bound; attack again and kill -9 mid-attack; restart, check recovery, shut
+// down cleanly, check offline.
 KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
   DcProcess server(test::TempDir(), run.config);
   server.Start();
@@ -108,17 +112,47 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
     CHECK(peak <= server.RssBound());
   }
 
-  writer.ExpectFailures();
-  attack.killed.store(true);
-  server.Kill();
+  // The attack's connections close: the process comes back within the DC's
+  // own bound (request memory and the server's allowance are released).
   attack.stop.store(true);
   for (auto& t : attack.threads) t.join();
+  const uint64_t surprises = attack.surprises.load();
+  const auto closed_at = Clock::now();
+  const auto released_by = closed_at + std::chrono::seconds(10);
+  while (kCheckRss && server.rss() > server.DcBound() && Clock::now() < released_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const uint64_t rss_after = server.rss();
+  fmt::print(stderr, "[dc_kill] after the close: VmRSS {:.1f} MiB in {:.2f} s, DC bound {:.1f} MiB\n",
+             rss_after / double(kMiB),
+             std::chrono::duration<double>(Clock::now() - closed_at).count(),
+             server.DcBound() / double(kMiB));
+  if (kCheckRss) {
+    INFO("VmRSS after the attack's connections closed " << rss_after << ", DC bound "
+                                                        << server.DcBound());
+    CHECK(rss_after <= server.DcBound());
+  }
+
+  // The attack again, and kill -9 in the middle of it.
+  Attack again;
+  start_attack(server.port(), &again);
+  const auto again_by = Clock::now() + std::chrono::seconds(20);
+  while (again.rounds.load() < 1 && Clock::now() < again_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(again.rounds.load() >= 1);
+  writer.ExpectFailures();
+  again.killed.store(true);
+  server.Kill();
+  again.stop.store(true);
+  for (auto& t : again.threads) t.join();
   writer.Stop();
   INFO("writer: applied " << writer.applied() << " durable " << writer.durable() << " stale "
                           << writer.stale() << " retakes " << writer.retakes() << "; "
                           << writer.last_error());
   CHECK(writer.unexpected_errors() == 0);
-  CHECK(attack.surprises.load() == 0);
+  CHECK(surprises == 0);
+  CHECK(again.surprises.load() == 0);
 
   const auto t1 = Clock::now();
   server.Start();
@@ -129,7 +163,7 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
   fmt::print(stderr, "[dc_kill] {} keys, {} durable; restart and checks {:.2f} s, offline {:.2f} s\n",
              writer.log().size(), writer.durable(), std::chrono::duration<double>(t2 - t1).count(),
              std::chrono::duration<double>(Clock::now() - t2).count());
-  return {attack.rounds.load(), writer.stale(), writer.retakes(), writer.log().size(),
+  return {attack.rounds.load() + again.rounds.load(), writer.stale(), writer.retakes(), writer.log().size(),
           writer.durable()};
 }
 

@@ -134,11 +134,17 @@ class DcProcess {
   const std::string& dir() const { return dir_; }
   const ServerConfig& config() const { return config_; }
   uint64_t peak_rss() const { return ProcStatusBytes(child_->pid(), "VmHWM"); }
+  uint64_t rss() const { return ProcStatusBytes(child_->pid(), "VmRSS"); }
   uint64_t start_rss() const { return start_rss_; }
 
   // The process bound of issue 38 ("peak RSS within the DC budget plus the
   // request limit plus a stated fixed allowance"), as protocol/protocol.md
   // states it ("The process bound").
+  // The DC's part alone (dc/dc.md, "The memory budget"): what the process
+  // comes back within once the attack's connections closed.
+  uint64_t DcBound() const {
+    return start_rss_ + config_.memory_budget + config_.memory_budget / 10 + 8 * kMiB;
+  }
   uint64_t RssBound() const {
     const uint64_t calls = config_.io_threads + kWorkerThreads;
     return start_rss_ + config_.memory_budget + config_.memory_budget / 10 + 8 * kMiB +

@@ -11,9 +11,10 @@
 // child, `peak_rss_bytes`) beside its request memory limit and the process
 // bound (`rss_bound_bytes`, protocol/protocol.md "The process bound": the
 // resident memory once serving + 1.1 x the DC budget + 8 MiB + the request
-// limit + per running call three frames and 64 values of 64 KiB); the program exits 1 when a line is
-// over the bound or a call failed. Running it against another build
-// (DEUTERON_SERVER_BIN) gives a before/after comparison on the same machine;
+// limit + per running call three frames and 64 values of 64 KiB); the
+// program exits 1 when a line is over the bound or a call failed. Running
+// it against another build (DEUTERON_SERVER_BIN; scripts/server_load_pair)
+// gives a before/after comparison on the same machine;
 // --set request_limit / max_frame are passed to the server only when they
 // differ from its defaults, so a server older than those flags runs too.
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,6 +54,21 @@ uint64_t ProcStatusBytes(pid_t pid, const char* field) {
     if (line.rfind(prefix, 0) == 0) return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
   }
   return 0;
+}
+
+// CPU seconds (user + system) process `pid` has used; 0 when unknown.
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string skip;
+  for (int i = 3; i < 14; ++i) fields >> skip;  // state .. cmajflt (fields 3-13)
+  uint64_t utime = 0, stime = 0;
+  fields >> utime >> stime;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 struct ServerProcess {
@@ -233,6 +250,7 @@ int Run(int argc, char** argv) {
   LatencySet all(threads);
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
+  const double cpu_start = ProcCpuSeconds(server.pid);
   Stopwatch watch;
   for (int i = 0; i < threads; ++i) {
     clients.emplace_back(Client, i, server.port, &totals, all.ForThread(i), &stop);
@@ -261,7 +279,12 @@ int Run(int argc, char** argv) {
   ResultLine line(kBench, "mixed", "dc_server", threads, totals.calls.load(), elapsed);
   line.SetLatenciesNs(all.Merged()).Set("errors", totals.errors.load());
   set_memory(line, peak);
+  // The server's CPU per call: what the machine's load does not change much.
+  const double server_cpu = ProcCpuSeconds(server.pid) - cpu_start;
   line.Set("peak_rss_over_budget", Ratio(static_cast<double>(peak), static_cast<double>(budget)))
+      .Set("server_cpu_s", server_cpu)
+      .Set("server_cpu_us_per_call",
+           Ratio(server_cpu * 1e6, static_cast<double>(totals.calls.load())))
       .SetString("server_bin", bin);
   line.Print();
   kill(server.pid, SIGTERM);

@@ -97,14 +97,16 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
   std::this_thread::sleep_for(std::chrono::milliseconds(run.attack_ms));
   // (At least one more RSSP: under the big batches its calls wait behind the
   // frames granted before them, first come first served.)
-  CHECK(writer.WaitFor(
-      [&](const DurableWriter& w) { return w.durable() >= durable_before + DurableWriter::kRsspEvery; },
-      60000));
+  const uint64_t durable_wanted = durable_before + DurableWriter::kRsspEvery;
+  CHECK(writer.WaitFor([&](const DurableWriter& w) { return w.durable() >= durable_wanted; },
+                       60000));
   const uint64_t peak = server.peak_rss();
-  fmt::print(stderr, "[dc_kill] attack rounds {} in {:.2f} s; writer durable {} -> {}; server VmHWM {:.1f} MiB, bound {:.1f} MiB (at start {:.1f})\n",
+  fmt::print(stderr,
+             "[dc_kill] attack rounds {} in {:.2f} s; writer durable {} -> {}; server VmHWM "
+             "{:.1f} MiB, bound {:.1f} MiB (at start {:.1f})\n",
              attack.rounds.load(), std::chrono::duration<double>(Clock::now() - t0).count(),
-             durable_before, writer.durable(), peak / double(kMiB), server.RssBound() / double(kMiB),
-             server.start_rss() / double(kMiB));
+             durable_before, writer.durable(), peak / double(kMiB),
+             server.RssBound() / double(kMiB), server.start_rss() / double(kMiB));
   if (kCheckRss) {
     INFO("server VmHWM " << peak << " bound " << server.RssBound() << " (at start "
                          << server.start_rss() << ")");
@@ -123,7 +125,8 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const uint64_t rss_after = server.rss();
-  fmt::print(stderr, "[dc_kill] after the close: VmRSS {:.1f} MiB in {:.2f} s, DC bound {:.1f} MiB\n",
+  fmt::print(stderr,
+             "[dc_kill] after the close: VmRSS {:.1f} MiB in {:.2f} s, DC bound {:.1f} MiB\n",
              rss_after / double(kMiB),
              std::chrono::duration<double>(Clock::now() - closed_at).count(),
              server.DcBound() / double(kMiB));
@@ -160,11 +163,12 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
   const auto t2 = Clock::now();
   CHECK(server.Terminate() == 0);
   CheckOffline(server.dir(), writer);
-  fmt::print(stderr, "[dc_kill] {} keys, {} durable; restart and checks {:.2f} s, offline {:.2f} s\n",
+  fmt::print(stderr,
+             "[dc_kill] {} keys, {} durable; restart and checks {:.2f} s, offline {:.2f} s\n",
              writer.log().size(), writer.durable(), std::chrono::duration<double>(t2 - t1).count(),
              std::chrono::duration<double>(Clock::now() - t2).count());
-  return {attack.rounds.load() + again.rounds.load(), writer.stale(), writer.retakes(), writer.log().size(),
-          writer.durable()};
+  return {attack.rounds.load() + again.rounds.load(), writer.stale(), writer.retakes(),
+          writer.log().size(), writer.durable()};
 }
 
 std::string MultiGetFrame(int32_t seqid, const std::string& key, size_t copies) {
@@ -311,7 +315,8 @@ void AboveEsl(uint16_t port, Attack* a) {
         std::vector<RecordOp> ops;
         for (int i = 0; i < 60; ++i) keys.push_back(fmt::format("zhi/{}", ++lsn));
         for (int i = 0; i < 60; ++i) {
-          ops.push_back(RecordOp{RecordOpKind::kUpsert, Slice(keys[i]), Slice(value), lsn - 59 + i});
+          ops.push_back(
+              RecordOp{RecordOpKind::kUpsert, Slice(keys[i]), Slice(value), lsn - 59 + i});
         }
         const Status s = dc->Apply(ops, 0, incarnation).status();
         if (s.IsBusy()) {
@@ -482,7 +487,8 @@ void Unauthenticated(uint16_t port, Attack* a) {
   }
 }
 
-TEST_CASE("kill -9 while peers without the secret try to steer the DC", "[dc][server][kill][auth]") {
+TEST_CASE("kill -9 while peers without the secret try to steer the DC",
+          "[dc][server][kill][auth]") {
   KillRun run;
   run.config.secret = "correct horse battery staple";
   run.min_rounds = 20;

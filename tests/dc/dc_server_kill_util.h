@@ -85,7 +85,8 @@ constexpr uint64_t kMaxValue = 64 << 10;
 // A `deuteron dc` process serving `dir` on a loopback port of its choosing.
 class DcProcess {
  public:
-  DcProcess(std::string dir, ServerConfig config) : dir_(std::move(dir)), config_(std::move(config)) {
+  DcProcess(std::string dir, ServerConfig config)
+      : dir_(std::move(dir)), config_(std::move(config)) {
     if (!config_.secret.empty()) {
       std::ofstream(dir_ + ".secret") << config_.secret << "\n";
     }
@@ -282,8 +283,8 @@ class DurableWriter {
       for (uint64_t lsn = std::max<uint64_t>(durable_.load(), 1); lsn <= log_.size() && !again;) {
         const auto& [k, v] = log_[lsn - 1];
         const RecordOp op{RecordOpKind::kUpsert, Slice(k), Slice(v), lsn};
-        const Outcome a =
-            Classify(dc_->Apply(std::span<const RecordOp>(&op, 1), log_.size(), incarnation_).status());
+        const Outcome a = Classify(
+            dc_->Apply(std::span<const RecordOp>(&op, 1), log_.size(), incarnation_).status());
         if (a == Outcome::kEnd) return a;
         if (a == Outcome::kStale) again = true;
         if (a == Outcome::kOk) ++lsn;

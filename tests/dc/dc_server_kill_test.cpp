@@ -571,6 +571,69 @@ TEST_CASE("kill -9 while a client sends poisoned LSNs", "[dc][server][kill][rogu
   CHECK(s.stale == 0);
 }
 
+// The table's last row, 32 well-behaved clients: each its own connection,
+// calls drawn from dc_server_load's mix (get, multiGet of 16, apply of 16
+// upserts of 256 bytes below the ESL, scan of up to 50) over 10,000 keys.
+void WellBehaved(uint16_t port, Attack* a) {
+  for (int t = 0; t < 32; ++t) {
+    a->threads.emplace_back([port, a, t] {
+      std::unique_ptr<RemoteDataComponent> dc = AttackClient(port);
+      if (dc == nullptr) {
+        a->Surprise();
+        return;
+      }
+      uint64_t incarnation = IncarnationOf(dc.get());
+      const std::string value(256, static_cast<char>('a' + t % 26));
+      uint64_t x = static_cast<uint64_t>(t) * 7919 + 1;
+      auto next = [&x] {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        return x >> 33;
+      };
+      auto key = [&next] { return fmt::format("m/{:05}", next() % 10000); };
+      while (!a->stop.load()) {
+        const uint64_t dice = next() % 100;
+        Status s;
+        if (dice < 50) {
+          s = dc->Get(Slice(key())).status();
+        } else if (dice < 90) {
+          std::vector<std::string> keys;
+          for (int i = 0; i < 16; ++i) keys.push_back(key());
+          if (dice < 70) {
+            const std::vector<Slice> slices(keys.begin(), keys.end());
+            s = dc->MultiGet(slices).status();
+          } else {
+            std::vector<RecordOp> ops;
+            for (const std::string& k : keys) {
+              ops.push_back(RecordOp{RecordOpKind::kUpsert, Slice(k), Slice(value), 1});
+            }
+            s = dc->Apply(ops, 0, incarnation).status();
+            if (s.IsStaleIncarnation()) {
+              incarnation = IncarnationOf(dc.get());
+              continue;
+            }
+          }
+        } else {
+          ScanRequest r;
+          r.lower = key();
+          r.limit = 50;
+          s = dc->Scan(r).status();
+        }
+        if (s.ok()) {
+          ++a->rounds;
+        } else {
+          a->Surprise();
+        }
+      }
+    });
+  }
+}
+
+TEST_CASE("kill -9 under 32 well-behaved clients", "[dc][server][kill]") {
+  KillRun run;
+  run.min_rounds = 500;
+  KillMidAttack(run, WellBehaved);
+}
+
 // The long versions (scripts/soak): each attack runs 20 s before the kill.
 TEST_CASE("kill -9 after long attacks", "[dc][server][kill][.soak]") {
   KillRun run;
@@ -580,6 +643,7 @@ TEST_CASE("kill -9 after long attacks", "[dc][server][kill][.soak]") {
   SECTION("big batches") { KillMidAttack(run, BigBatches); }
   SECTION("above the ESL") { KillMidAttack(run, AboveEsl); }
   SECTION("rogue restarts") { KillMidAttack(run, RogueRestarts); }
+  SECTION("32 well-behaved clients") { KillMidAttack(run, WellBehaved); }
 }
 
 }  // namespace

@@ -6,10 +6,17 @@
 // multiGet of 16 keys, 20% apply of 16 upserts (256-byte values), 10% scan
 // of up to 50 items, over 100,000 keys. Prints one JSON line per interval
 // (workload "interval": calls/s and resident memory) and a final one
-// (workload "mixed"): calls/s, p50/p99/max latency, errors, and the server process's resident memory
-// (VmRSS sampled, VmHWM at the end) against its DC budget. Running it
-// against another build (--server-bin) gives a before/after comparison on
-// the same machine.
+// (workload "mixed"): calls/s, p50/p99/max latency, errors. Every line
+// carries the server process's peak resident memory so far (VmHWM of the
+// child, `peak_rss_bytes`) beside its request memory limit and the process
+// bound (`rss_bound_bytes`, protocol/protocol.md "The process bound": the
+// resident memory once serving + 1.1 x the DC budget + 8 MiB + the request
+// limit + per running call three frames and 64 values of 64 KiB); the
+// program exits 1 when a line is over the bound or a call failed. Running
+// it against another build (DEUTERON_SERVER_BIN; scripts/server_load_pair)
+// gives a before/after comparison on the same machine;
+// --set request_limit / max_frame are passed to the server only when they
+// differ from its defaults, so a server older than those flags runs too.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -48,14 +56,59 @@ uint64_t ProcStatusBytes(pid_t pid, const char* field) {
   return 0;
 }
 
+// CPU seconds (user + system) process `pid` has used; 0 when unknown.
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(close + 2));
+  std::string skip;
+  for (int i = 3; i < 14; ++i) fields >> skip;  // state .. cmajflt (fields 3-13)
+  uint64_t utime = 0, stime = 0;
+  fields >> utime >> stime;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 struct ServerProcess {
   pid_t pid = -1;
   uint16_t port = 0;
+  uint64_t start_rss = 0;  // VmRSS once it printed its serving line
 };
 
-// Starts `bin dc --dir dir --listen 127.0.0.1:0 --memory-budget budget` and
-// reads its port from the "serving ... on HOST:PORT" line.
-ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64_t budget) {
+// The server's defaults (dc::DcServerOptions, deuteron dc --help).
+constexpr uint64_t kDefaultRequestLimit = uint64_t{128} << 20;
+constexpr uint64_t kDefaultMaxFrame = uint64_t{64} << 20;
+constexpr uint64_t kServerIoThreads = 4;      // deuteron dc --io-threads default
+constexpr uint64_t kServerWorkerThreads = 4;  // server::ServerOptions::worker_threads
+
+// The process bound of protocol/protocol.md ("The process bound").
+uint64_t RssBound(uint64_t start_rss, uint64_t budget, uint64_t request_limit, uint64_t max_frame) {
+  constexpr uint64_t kSlice = 64 * (uint64_t{64} << 10);  // 64 values of the tree's largest
+  return start_rss + budget + budget / 10 + (uint64_t{8} << 20) + request_limit +
+         (kServerIoThreads + kServerWorkerThreads) * (3 * max_frame + kSlice) +
+         kServerIoThreads * 64 * 1024;
+}
+
+// Starts `bin dc --dir dir --listen 127.0.0.1:0 --memory-budget budget`
+// (with --request-memory-limit and --max-frame-size when not the defaults)
+// and reads its port from the "serving ... on HOST:PORT" line.
+ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64_t budget,
+                          uint64_t request_limit, uint64_t max_frame) {
+  std::vector<std::string> args = {bin, "dc", "--dir", dir, "--listen", "127.0.0.1:0",
+                                   "--memory-budget", std::to_string(budget)};
+  if (request_limit != kDefaultRequestLimit) {
+    args.push_back("--request-memory-limit");
+    args.push_back(std::to_string(request_limit));
+  }
+  if (max_frame != kDefaultMaxFrame) {
+    args.push_back("--max-frame-size");
+    args.push_back(std::to_string(max_frame));
+  }
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   int fds[2];
   if (pipe(fds) != 0) CheckOk(Status::IOError("pipe"), "start server");
   const pid_t pid = fork();
@@ -63,9 +116,7 @@ ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64
     dup2(fds[1], 1);
     close(fds[0]);
     close(fds[1]);
-    const std::string b = std::to_string(budget);
-    execl(bin.c_str(), bin.c_str(), "dc", "--dir", dir.c_str(), "--listen", "127.0.0.1:0",
-          "--memory-budget", b.c_str(), static_cast<char*>(nullptr));
+    execv(bin.c_str(), argv.data());
     _exit(127);
   }
   close(fds[1]);
@@ -93,6 +144,7 @@ ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64
     close(fd);
   }).detach();
   if (p.port == 0) CheckOk(Status::IOError("the server printed no port"), "start server");
+  p.start_rss = ProcStatusBytes(pid, "VmRSS");
   return p;
 }
 
@@ -153,12 +205,18 @@ int Run(int argc, char** argv) {
       {"seconds", "how long the load runs (--quick: 10)", 1, 86400, 60},
       {"budget", "the DC's --memory-budget in bytes", 0, uint64_t{1} << 40, 32 << 20},
       {"interval", "seconds between interval lines", 1, 3600, 10},
+      {"request_limit", "the server's --request-memory-limit in bytes", 64, uint64_t{1} << 40,
+       kDefaultRequestLimit},
+      {"max_frame", "the server's --max-frame-size in bytes", 64, uint32_t{0xffffffff},
+       kDefaultMaxFrame},
   };
   ScratchDir scratch;
   BenchArgs args = ParseArgs(argc, argv, info, &scratch);
   const uint64_t seconds = args.quick ? 10 : args.SettingValue("seconds");
   const uint64_t budget = args.SettingValue("budget");
   const uint64_t interval_s = args.SettingValue("interval");
+  const uint64_t request_limit = args.SettingValue("request_limit");
+  const uint64_t max_frame = args.SettingValue("max_frame");
   const int threads = args.MaxThreads();
 
   std::string bin;
@@ -171,7 +229,20 @@ int Run(int argc, char** argv) {
     bin = std::string(self);
     bin = bin.substr(0, bin.rfind('/') + 1) + "deuteron";
   }
-  const ServerProcess server = StartServer(bin, scratch.path() + "/store", budget);
+  const ServerProcess server =
+      StartServer(bin, scratch.path() + "/store", budget, request_limit, max_frame);
+  const uint64_t bound = RssBound(server.start_rss, budget, request_limit, max_frame);
+  bool over_bound = false;
+  // Every line: the server's peak resident memory so far against the bound.
+  auto set_memory = [&](ResultLine& line, uint64_t peak) {
+    line.Set("budget_bytes", budget)
+        .Set("request_memory_limit_bytes", request_limit)
+        .Set("peak_rss_bytes", peak)
+        .Set("rss_bound_bytes", bound)
+        .Set("start_rss_bytes", server.start_rss)
+        .SetBool("within_bound", peak <= bound);
+    if (peak > bound) over_bound = true;
+  };
   Progress("server {} pid {} port {}: {} clients for {} s", bin, server.pid, server.port, threads,
            seconds);
 
@@ -179,6 +250,7 @@ int Run(int argc, char** argv) {
   LatencySet all(threads);
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
+  const double cpu_start = ProcCpuSeconds(server.pid);
   Stopwatch watch;
   for (int i = 0; i < threads; ++i) {
     clients.emplace_back(Client, i, server.port, &totals, all.ForThread(i), &stop);
@@ -194,6 +266,7 @@ int Run(int argc, char** argv) {
       const uint64_t calls = totals.calls.load();
       ResultLine line(kBench, "interval", "dc_server", threads, calls - last_calls, t - last_t);
       line.Set("at_s", t).Set("rss_bytes", ProcStatusBytes(server.pid, "VmRSS"));
+      set_memory(line, std::max(ProcStatusBytes(server.pid, "VmHWM"), rss_peak_sampled));
       line.Print();
       last_calls = calls;
       last_t = t;
@@ -202,20 +275,23 @@ int Run(int argc, char** argv) {
   stop.store(true);
   for (auto& c : clients) c.join();
   const double elapsed = watch.Seconds();
-  const uint64_t hwm = ProcStatusBytes(server.pid, "VmHWM");
+  const uint64_t peak = std::max(ProcStatusBytes(server.pid, "VmHWM"), rss_peak_sampled);
   ResultLine line(kBench, "mixed", "dc_server", threads, totals.calls.load(), elapsed);
-  line.SetLatenciesNs(all.Merged())
-      .Set("errors", totals.errors.load())
-      .Set("budget_bytes", budget)
-      .Set("peak_rss_bytes", std::max(hwm, rss_peak_sampled))
-      .Set("peak_rss_over_budget", Ratio(static_cast<double>(std::max(hwm, rss_peak_sampled)),
-                                         static_cast<double>(budget)))
+  line.SetLatenciesNs(all.Merged()).Set("errors", totals.errors.load());
+  set_memory(line, peak);
+  // The server's CPU per call: what the machine's load does not change much.
+  const double server_cpu = ProcCpuSeconds(server.pid) - cpu_start;
+  line.Set("peak_rss_over_budget", Ratio(static_cast<double>(peak), static_cast<double>(budget)))
+      .Set("server_cpu_s", server_cpu)
+      .Set("server_cpu_us_per_call",
+           Ratio(server_cpu * 1e6, static_cast<double>(totals.calls.load())))
       .SetString("server_bin", bin);
   line.Print();
   kill(server.pid, SIGTERM);
   int status = 0;
   waitpid(server.pid, &status, 0);
-  return totals.errors.load() == 0 ? 0 : 1;
+  if (over_bound) Progress("the server's peak resident memory passed the bound {}", bound);
+  return totals.errors.load() == 0 && !over_bound ? 0 : 1;
 }
 
 }  // namespace

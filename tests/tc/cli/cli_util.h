@@ -47,6 +47,8 @@ class Child {
     }
     if (out_ != nullptr) fclose(out_);
   }
+  // The process id (-1 once stopped or waited for).
+  pid_t pid() const { return pid_; }
   // The next line of the child's stdout ("" at end of file).
   std::string ReadLine() {
     char buf[512];

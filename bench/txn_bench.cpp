@@ -95,7 +95,7 @@ std::string FourWriteRecord(int thread, uint64_t n) {
 
 // The TC's knobs, settable with --set NAME=VALUE.
 std::vector<Setting> TxnSettings() {
-  const tc::TxnOptions d;
+  const tc::TxnOptions d = tc::DatabaseOptions{}.txn;  // the embedded store's
   return {{"coalesce_applies", "1: one committer applies the queued commits' batches at a time",
            0, 1, d.coalesce_applies ? 1u : 0u},
           {"lock_timeout_ms", "lock wait timeout", 1, 600000,
@@ -105,7 +105,7 @@ std::vector<Setting> TxnSettings() {
 }
 
 tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
-  tc::TxnOptions o;
+  tc::TxnOptions o = tc::DatabaseOptions{}.txn;
   o.coalesce_applies = args.SettingValue("coalesce_applies") != 0;
   o.lock_timeout = std::chrono::milliseconds(args.SettingValue("lock_timeout_ms"));
   return o;

@@ -438,6 +438,8 @@ int Main(int argc, char** argv) {
   }
   std::unique_ptr<EmbeddedSystem> embedded;
   if (args.Wants("embedded")) {
+    // A fresh store each run, also under a --dir that an earlier run used.
+    RemoveTree(JoinPath(scratch.path(), "embedded"));
     embedded = std::make_unique<EmbeddedSystem>(JoinPath(scratch.path(), "embedded"), log_options,
                                                 TxnOptionsFrom(args), args);
     Preload(embedded.get(), keys, [&] { return embedded->db().Checkpoint(); });
@@ -519,6 +521,7 @@ int Main(int argc, char** argv) {
     }
   }
   embedded.reset();
+  RemoveTree(JoinPath(scratch.path(), "embedded"));
   Progress("done");
   return 0;
 }

@@ -25,7 +25,8 @@ namespace deuteron::tc {
 // coalesce_applies off. Coalescing saves round trips to a remote DC; in
 // process an Apply is a call into a latch-free tree, and one leader at a
 // time would serialize every commit's apply (tc/txn.md, "Coalescing
-// applies": 64 clients on 16 cores, 3.4x the commits/s without it).
+// applies": write-only, 64 clients, 16 cores: 3.1-3.7x the commits/s
+// without it).
 inline TxnOptions EmbeddedTxnOptions() {
   TxnOptions o;
   o.coalesce_applies = false;

@@ -56,7 +56,8 @@ void PrintUsage(std::FILE* out, const ProgramInfo& info) {
              "  --quick          small volumes: the whole program runs in under a minute\n"
              "  --dir PATH       scratch directory (default: a fresh directory under /tmp,\n"
              "                   removed at exit)\n"
-             "  --threads LIST   comma-separated thread counts (default {})\n"
+             "  --threads LIST   comma-separated thread counts (default {});\n"
+             "  --clients LIST   the same\n"
              "  --only LIST      comma-separated workload groups to run (default: all)\n"
              "{}{}{}"
              "  --help           this text\n\n"
@@ -254,12 +255,12 @@ BenchArgs ParseArgs(int argc, char** argv, const ProgramInfo& info, ScratchDir* 
     } else if (a == "--dir") {
       dir = value();
       if (dir.empty()) UsageError(info, "--dir needs a non-empty path");
-    } else if (a == "--threads") {
+    } else if (a == "--threads" || a == "--clients") {
       args.threads.clear();
       for (const std::string& t : SplitCommas(value())) {
         args.threads.push_back(ParseCount(info, t, 1024, "thread count"));
       }
-      if (args.threads.empty()) UsageError(info, "--threads needs at least one count");
+      if (args.threads.empty()) UsageError(info, fmt::format("{} needs at least one count", a));
     } else if (a == "--rounds" && info.takes_rounds) {
       args.rounds = ParseCount(info, std::string(value()), 100, "round count");
     } else if (a == "--records" && info.takes_records) {
@@ -312,6 +313,12 @@ double ProcessCpuSeconds() {
     return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) * 1e-6;
   };
   return sec(u.ru_utime) + sec(u.ru_stime);
+}
+
+uint64_t ProcessVoluntarySwitches() {
+  struct rusage u;
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return 0;
+  return static_cast<uint64_t>(u.ru_nvcsw);
 }
 
 void RunThreads(int n, const std::function<void(int)>& fn) {

@@ -115,7 +115,7 @@ class ScratchDir {
   bool owned_ = false;
 };
 
-// Parses argv: --quick, --help, --dir PATH, --threads LIST (comma-separated
+// Parses argv: --quick, --help, --dir PATH, --threads (or --clients) LIST (comma-separated
 // positive integers), --only LIST (comma-separated group names). On --help
 // prints usage to stdout and exits 0; on a bad flag prints usage to stderr and
 // exits 2. `scratch` is initialized from --dir.
@@ -163,6 +163,10 @@ class Stopwatch {
 
 // CPU seconds (user + system) used by the whole process so far.
 double ProcessCpuSeconds();
+
+// Voluntary context switches (a thread blocked: futex waits, I/O) of the
+// whole process so far, all threads together.
+uint64_t ProcessVoluntarySwitches();
 
 // Runs fn(0) .. fn(n - 1) on n threads and joins them.
 void RunThreads(int n, const std::function<void(int)>& fn);

@@ -97,15 +97,17 @@ std::string FourWriteRecord(int thread, uint64_t n) {
 
 // The TC's knobs, settable with --set NAME=VALUE.
 std::vector<Setting> TxnSettings() {
-  const tc::TxnOptions d;
+  const tc::TxnOptions d = tc::DatabaseOptions{}.txn;  // the embedded store's
   return {{"coalesce_applies", "1: one committer applies the queued commits' batches at a time",
            0, 1, d.coalesce_applies ? 1u : 0u},
           {"lock_timeout_ms", "lock wait timeout", 1, 600000,
-           static_cast<uint64_t>(d.lock_timeout.count())}};
+           static_cast<uint64_t>(d.lock_timeout.count())},
+          {"dc_leaf_delta_threshold", "the DC's Bw-tree: consolidate a leaf past this many deltas",
+           1, 64, dc::DcOptions{}.tree.leaf_delta_threshold}};
 }
 
 tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
-  tc::TxnOptions o;
+  tc::TxnOptions o = tc::DatabaseOptions{}.txn;
   o.coalesce_applies = args.SettingValue("coalesce_applies") != 0;
   o.lock_timeout = std::chrono::milliseconds(args.SettingValue("lock_timeout_ms"));
   return o;
@@ -114,10 +116,12 @@ tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
 // TC and DC in this process over one directory (tc::Database).
 class EmbeddedSystem final : public TxnSystem {
  public:
-  EmbeddedSystem(const std::string& dir, const wal::LogOptions& log, const tc::TxnOptions& txn) {
+  EmbeddedSystem(const std::string& dir, const wal::LogOptions& log, const tc::TxnOptions& txn,
+                 const BenchArgs& args) {
     tc::DatabaseOptions o;
     o.log = log;
     o.txn = txn;
+    o.dc.tree.leaf_delta_threshold = args.SettingValue("dc_leaf_delta_threshold");
     db_ = CheckOk(tc::Database::Open(dir, o), "open the embedded database");
   }
   ~EmbeddedSystem() override { CheckOk(db_->Close(), "close the embedded database"); }
@@ -166,6 +170,7 @@ struct PointResult {
   uint64_t deadlock = 0, timed_out = 0, other = 0;
   double seconds = 0;
   double cpu_seconds = 0;
+  uint64_t voluntary_switches = 0;  // the process's, over the point
   Histogram::Snapshot commit_latency;  // the Commit call, ns
   Histogram::Snapshot txn_latency;     // Begin to committed, ns
   double ops_per_s() const { return Ratio(static_cast<double>(commits), seconds); }
@@ -186,6 +191,7 @@ PointResult RunPoint(TxnSystem* sys, const Workload& w, const ScrambledZipf* zip
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> commits{0}, read_only{0}, deadlock{0}, timed_out{0}, other{0};
   const double cpu0 = ProcessCpuSeconds();
+  const uint64_t vcsw0 = ProcessVoluntarySwitches();
   Stopwatch sw;
   std::thread timer([&] {
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -239,6 +245,7 @@ PointResult RunPoint(TxnSystem* sys, const Workload& w, const ScrambledZipf* zip
   PointResult r;
   r.seconds = sw.Seconds();
   r.cpu_seconds = ProcessCpuSeconds() - cpu0;
+  r.voluntary_switches = ProcessVoluntarySwitches() - vcsw0;
   timer.join();
   r.commits = commits.load();
   r.read_only = read_only.load();
@@ -269,6 +276,8 @@ void PrintPoint(const char* system, const Workload& w, int threads, int round,
       .Set("abort_rate", Ratio(static_cast<double>(aborts), static_cast<double>(aborts + r.commits)))
       .Set("cpu_util", Ratio(r.cpu_seconds, r.seconds))
       .Set("cpu_us_per_commit", Ratio(r.cpu_seconds * 1e6, static_cast<double>(r.commits)))
+      .Set("vcsw_per_commit",
+           Ratio(static_cast<double>(r.voluntary_switches), static_cast<double>(r.commits)))
       .SetLatenciesNs(r.commit_latency);
   if (r.txn_latency.count != 0) {
     line.Set("txn_p50_us", static_cast<double>(r.txn_latency.Percentile(50)) / 1000.0)
@@ -400,8 +409,10 @@ int Main(int argc, char** argv) {
   }
   std::unique_ptr<EmbeddedSystem> embedded;
   if (args.Wants("embedded")) {
+    // A fresh store each run, also under a --dir that an earlier run used.
+    RemoveTree(JoinPath(scratch.path(), "embedded"));
     embedded = std::make_unique<EmbeddedSystem>(JoinPath(scratch.path(), "embedded"), log_options,
-                                                TxnOptionsFrom(args));
+                                                TxnOptionsFrom(args), args);
     Preload(embedded.get(), keys, [&] { return embedded->db().Checkpoint(); });
   }
   std::vector<std::unique_ptr<ModeSystem>> modes =
@@ -423,12 +434,15 @@ int Main(int argc, char** argv) {
         if (!args.Wants("log")) return;
         const std::string dir = JoinPath(scratch.path(), fmt::format("log-{}-{}", round, threads));
         double cpu_seconds = 0;
+        uint64_t vcsw = 0;
         {
           LogSystem log(dir, log_options);
           const double cpu0 = ProcessCpuSeconds();
+          const uint64_t vcsw0 = ProcessVoluntarySwitches();
           log_cell = RunCommitCell(threads, seconds, FourWriteRecord,
                                    [&](int, const std::string& b) { return log.Commit(b); });
           cpu_seconds = ProcessCpuSeconds() - cpu0;
+          vcsw = ProcessVoluntarySwitches() - vcsw0;
           log.Report(fmt::format("log threads={} round {}", threads, round));
         }
         RemoveTree(dir);
@@ -438,6 +452,8 @@ int Main(int argc, char** argv) {
             .Set("round", round)
             .Set("cpu_util", Ratio(cpu_seconds, log_cell.seconds))
             .Set("cpu_us_per_commit", Ratio(cpu_seconds * 1e6, static_cast<double>(log_cell.ops)))
+            .Set("vcsw_per_commit",
+                 Ratio(static_cast<double>(vcsw), static_cast<double>(log_cell.ops)))
             .SetLatenciesNs(log_cell.latency);
         line.Print();
         Progress("log threads={} round {}: {:.0f} commits/s, p50 {:.1f} us", threads, round,
@@ -509,6 +525,7 @@ int Main(int argc, char** argv) {
   if (args.rounds > 1) mode_ratios.PrintMedians();
   modes.clear();
   embedded.reset();
+  RemoveTree(JoinPath(scratch.path(), "embedded"));
   Progress("done");
   return 0;
 }

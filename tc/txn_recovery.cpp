@@ -234,6 +234,9 @@ Status TxnManager::RecoverDcRound() {
     Fail(s.WithContext("DC recovery"));
     return s;
   }
+  // Counted before the TC serves again: whoever sees it serving sees the
+  // recovery in stats().
+  dc_recoveries_.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> l(dc_mu_);
     recovering_.store(false, std::memory_order_release);
@@ -242,7 +245,6 @@ Status TxnManager::RecoverDcRound() {
   }
   last_probe_ = std::chrono::steady_clock::now();
   dc_cv_.notify_all();
-  dc_recoveries_.fetch_add(1, std::memory_order_relaxed);
   DLOG_INFO("TC: DC recovered to ESL {} (incarnation {}, {} operations replayed)", end - 1,
             incarnation_.load(std::memory_order_relaxed), replayed_ops_.load(std::memory_order_relaxed));
   return Status::OK();

@@ -1,6 +1,13 @@
-// The embedded Database: one directory, the directory lock, reopen.
+// The embedded Database: one directory, the directory lock, reopen; its
+// TC options (commits apply concurrently into the in-process DC).
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -9,6 +16,7 @@
 #include "common/env.h"
 #include "dc/dc.h"
 #include "tc/database.h"
+#include "tc/wal/log.h"
 #include "tc/wal/log_format.h"
 #include "tests/dc/dc_harness.h"
 
@@ -133,6 +141,90 @@ TEST_CASE("database: a directory of a newer format is refused as StoreMismatch",
   db = tc::Database::Open("/db", o);
   INFO(db.status().ToString());
   CHECK(db.ok());
+}
+
+namespace {
+
+// Forwards to a DataComponent. Apply waits, up to `wait`, until `want`
+// Apply calls are inside at once, and records the most that were.
+class RendezvousDc final : public DataComponent {
+ public:
+  RendezvousDc(DataComponent* dc, int want, std::chrono::milliseconds wait)
+      : dc_(dc), want_(want), wait_(wait) {}
+
+  int max_inside() {
+    std::lock_guard<std::mutex> l(mu_);
+    return max_inside_;
+  }
+
+  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t inc) override {
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      ++inside_;
+      max_inside_ = std::max(max_inside_, inside_);
+      cv_.notify_all();
+      cv_.wait_for(l, wait_, [&] { return max_inside_ >= want_; });
+    }
+    Result<ApplyResult> r = dc_->Apply(ops, esl, inc);
+    std::lock_guard<std::mutex> l(mu_);
+    --inside_;
+    return r;
+  }
+  Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
+  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override {
+    return dc_->MultiGet(keys);
+  }
+  Result<ScanResult> Scan(const ScanRequest& r) override { return dc_->Scan(r); }
+  Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
+  Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
+  Result<DcReady> RestartTo(uint64_t end) override { return dc_->RestartTo(end); }
+  Result<DcStats> GetStats() override { return dc_->GetStats(); }
+  Result<DcHealth> Health() override { return dc_->Health(); }
+
+ private:
+  DataComponent* const dc_;
+  const int want_;
+  const std::chrono::milliseconds wait_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int inside_ = 0;      // GUARDED_BY(mu_)
+  int max_inside_ = 0;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+TEST_CASE("database: over the in-process DC, concurrent commits apply at once, not one leader "
+          "at a time",
+          "[tc][txn][database]") {
+  // With one apply leader at a time (coalesce_applies), the DC would see one
+  // Apply inside at a time, each waiting out the rendezvous.
+  constexpr int kThreads = 4;
+  std::unique_ptr<Env> env = NewMemEnv();
+  const tc::DatabaseOptions o = SmallOptions(env.get());
+  CHECK_FALSE(o.txn.coalesce_applies);
+  Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), "/dc", o.dc);
+  REQUIRE(d.ok());
+  Result<std::unique_ptr<wal::Log>> log = wal::Log::Open(env.get(), "/log", o.log);
+  REQUIRE(log.ok());
+  RendezvousDc rendezvous(d->get(), kThreads, std::chrono::milliseconds(5000));
+  Result<std::unique_ptr<tc::TxnManager>> tm =
+      tc::TxnManager::Open(&rendezvous, log->get(), o.txn);
+  INFO(tm.status().ToString());
+  REQUIRE(tm.ok());
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      auto t = (*tm)->Begin();
+      results[i] = t->Put("k" + std::to_string(i), "v");
+      if (results[i].ok()) results[i] = t->Commit();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : results) CHECK(s.ok());
+  CHECK(rendezvous.max_inside() == kThreads);
+  CHECK((*tm)->stats().applies == kThreads);
+  REQUIRE((*tm)->Close().ok());
 }
 
 }  // namespace deuteron::test

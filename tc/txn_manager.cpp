@@ -83,7 +83,6 @@ Status Transaction::Delete(Slice key) {
 // Scan and ScanAll: tc/scan_iterator.cpp.
 
 void Transaction::NoteRead(uint64_t lsn) {
-  if (!tm_->options_.early_lock_release) return;
   // Loaded after this transaction's lock on what it read: every commit that
   // released a lock on it before is in released_end_ (tc/txn.md, "Early
   // lock release"). A version below the log's ESL is durable already.
@@ -125,7 +124,8 @@ Status Transaction::Commit() {
 
 TxnManager::TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options)
     : dc_(dc), log_(log), options_(options),
-      locks_(LockManager::Options{options.lock_timeout}) {}
+      locks_(LockManager::Options{options.lock_timeout}),
+      early_lock_release_(options.early_lock_release) {}
 
 Result<std::unique_ptr<TxnManager>> TxnManager::Open(DataComponent* dc, wal::Log* log,
                                                      TxnOptions options) {
@@ -232,7 +232,7 @@ Status TxnManager::CommitWrites(Transaction* txn, bool* released) {
   }
   LeaveDc();
 
-  if (options_.early_lock_release && applied.ok()) {
+  if (applied.ok() && early_lock_release_.load(std::memory_order_relaxed)) {
     // Early lock release: the record is appended (the commit is decided:
     // nothing can abort it now, only a log failure leaves it in doubt) and
     // its operations are in the DC, so a reader of these keys sees them. A

@@ -7,9 +7,14 @@
 //    requested range (tc/lock/lock_manager.h).
 //  - Commit appends ONE log record holding every write (tc/commit_record.md),
 //    operation i gets LSN span.lsn + i, applies them to the DC with the log's
-//    ESL piggy-backed, waits until the log made the record durable, releases
-//    the locks and only then reports success. Read-only transactions log
-//    nothing; aborted ones never reach the DC.
+//    ESL piggy-backed, releases the locks (early lock release, the default;
+//    else after durability), waits until the log made the record durable and
+//    only then reports success. Read-only transactions log nothing, but one
+//    that read early-released data waits until it is durable (tc/txn.md,
+//    "Early lock release"); aborted ones never reach the DC.
+//  - Reads are fenced (tc/txn.md, "Read fences"): they carry the TC's
+//    incarnation and the DC instance it restarted; a DC that refuses them
+//    (StaleIncarnation) is recovered like one that refused a write.
 //  - A background thread sends the ESL to the DC when no Apply carried it
 //    (within Options::esl_interval) and checkpoints every
 //    Options::checkpoint_log_bytes of log, or Options::checkpoint_interval.
@@ -205,6 +210,10 @@ class TxnManager {
   bool dc_recovering() const { return recovering_.load(std::memory_order_acquire); }
 
   uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
+  // Early lock release on or off for the commits that start from now on
+  // (TxnOptions::early_lock_release is the initial setting). Safe at any
+  // time: readers always track the early-released data they read.
+  void SetEarlyLockRelease(bool on) { early_lock_release_.store(on, std::memory_order_relaxed); }
   TxnStats stats() const;
   LockManager& locks() { return locks_; }
 
@@ -313,6 +322,7 @@ class TxnManager {
   // locks before its record was durable (raised before the release, so a
   // transaction that locks a key after it sees the value).
   std::atomic<uint64_t> released_end_{0};
+  std::atomic<bool> early_lock_release_;  // SetEarlyLockRelease
   std::mutex checkpoint_mu_;           // one checkpoint at a time
   std::atomic<uint64_t> last_checkpoint_tail_{0};  // log Tail() at the last checkpoint
   std::chrono::steady_clock::time_point last_checkpoint_time_;  // bg thread only

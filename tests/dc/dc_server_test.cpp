@@ -569,6 +569,11 @@ TEST_CASE("Bad bytes cost only their own connection", "[dc][server]") {
     proto::DataComponentService_multiGet_args args;
     args.keys.assign(3, "k");
     std::string msg = EncodeCall("multiGet", 4, args);
+    // Without the (empty) fence argument, as an older client sends it, so
+    // the list is the last thing in the frame: its field header and stop
+    // (4 bytes) before the arguments' stop byte.
+    REQUIRE(msg.compare(msg.size() - 5, 5, std::string("\x0c\x00\x02\x00\x00", 5)) == 0);
+    msg.erase(msg.size() - 5, 4);
     // The list header (type byte, then i32 size 3) follows the field header.
     const std::string size3("\x00\x00\x00\x03", 4);
     const size_t at = msg.find(size3);

@@ -103,13 +103,18 @@ std::vector<Setting> TxnSettings() {
           {"lock_timeout_ms", "lock wait timeout", 1, 600000,
            static_cast<uint64_t>(d.lock_timeout.count())},
           {"dc_leaf_delta_threshold", "the DC's Bw-tree: consolidate a leaf past this many deltas",
-           1, 64, dc::DcOptions{}.tree.leaf_delta_threshold}};
+           1, 64, dc::DcOptions{}.tree.leaf_delta_threshold},
+          {"early_lock_release",
+           "1: commits release their locks before durability (tc/txn.md); 0: at durability; "
+           "2: each point twice on the same database, 0 (system embedded-noelr) then 1",
+           0, 2, d.early_lock_release ? 1u : 0u}};
 }
 
 tc::TxnOptions TxnOptionsFrom(const BenchArgs& args) {
   tc::TxnOptions o = tc::DatabaseOptions{}.txn;
   o.coalesce_applies = args.SettingValue("coalesce_applies") != 0;
   o.lock_timeout = std::chrono::milliseconds(args.SettingValue("lock_timeout_ms"));
+  o.early_lock_release = args.SettingValue("early_lock_release") != 0;
   return o;
 }
 
@@ -131,9 +136,10 @@ class EmbeddedSystem final : public TxnSystem {
   }
   void Report(const std::string& what) override {
     const tc::TxnStats s = db_->txn().stats();
-    Progress("{}: {} commits, {} read-only, {} aborts, {} applies, {} esl sends, {} checkpoints",
+    Progress("{}: {} commits, {} read-only, {} aborts, {} applies, {} esl sends, {} checkpoints, "
+             "{} early lock releases, {} read-only durability waits",
              what, s.commits, s.read_only_commits, s.aborts, s.applies, s.esl_sends,
-             s.checkpoints);
+             s.checkpoints, s.early_releases, s.read_only_waits);
   }
   tc::Database& db() { return *db_; }
 
@@ -479,6 +485,15 @@ int Main(int argc, char** argv) {
         for (Mix mix : mixes) {
           for (Dist dist : dists) {
             const Workload w{mix, dist, keys};
+            if (args.SettingValue("early_lock_release") == 2) {
+              // Before and after in one run: locks held to durability, then
+              // released early, on the same database and thread count.
+              embedded->db().txn().SetEarlyLockRelease(false);
+              const PointResult off = RunPoint(embedded.get(), w, zipf.get(), threads, seconds, seed++);
+              PrintPoint("embedded-noelr", w, threads, round, off);
+              points[WorkloadName(w) + "-noelr"] = off;
+              embedded->db().txn().SetEarlyLockRelease(true);
+            }
             const PointResult r = RunPoint(embedded.get(), w, zipf.get(), threads, seconds, seed++);
             PrintPoint(embedded->name(), w, threads, round, r);
             points[WorkloadName(w)] = r;

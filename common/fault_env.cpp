@@ -51,6 +51,7 @@ class FaultInjectionEnv::FaultFile final : public File {
   Status Append(Slice data) override { return Write(nullptr, data); }
 
   Status Sync() override {
+    env_->WaitWhileSyncsHeld();
     if (env_->crashed_since(epoch_)) return CrashedError(path());
     RETURN_IF_ERROR(env_->Inject(Op::kSync, path()));
     // Held across the sync so that no write slips in between the sync and
@@ -143,6 +144,32 @@ FaultInjectionEnv::FaultInjectionEnv(Env* base, uint64_t seed)
 FaultInjectionEnv::~FaultInjectionEnv() = default;
 
 // ---------------------------------------------------------------- injection
+
+void FaultInjectionEnv::HoldSyncs() {
+  std::lock_guard<std::mutex> l(hold_mu_);
+  syncs_held_ = true;
+}
+
+void FaultInjectionEnv::ReleaseSyncs() {
+  {
+    std::lock_guard<std::mutex> l(hold_mu_);
+    syncs_held_ = false;
+  }
+  hold_cv_.notify_all();
+}
+
+uint64_t FaultInjectionEnv::held_syncs() const {
+  std::lock_guard<std::mutex> l(hold_mu_);
+  return held_syncs_;
+}
+
+void FaultInjectionEnv::WaitWhileSyncsHeld() {
+  std::unique_lock<std::mutex> l(hold_mu_);
+  if (!syncs_held_) return;
+  ++held_syncs_;
+  hold_cv_.wait(l, [&] { return !syncs_held_; });
+  --held_syncs_;
+}
 
 Status FaultInjectionEnv::Inject(Op op, const std::string& what) {
   std::lock_guard<std::mutex> l(mu_);

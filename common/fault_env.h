@@ -57,6 +57,7 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -112,6 +113,17 @@ class FaultInjectionEnv : public EnvWrapper {
 
   // Calls of kind `op` counted since construction (failed ones included).
   uint64_t OpCount(Op op) const;
+
+  // --- stalls ---
+
+  // While held, every File::Sync (not SyncDir) waits, before it does
+  // anything, until ReleaseSyncs: the window between a write and its sync,
+  // held open for a test. A sync released after a SimulateCrash finds its
+  // file crashed and fails (nothing becomes durable).
+  void HoldSyncs();
+  void ReleaseSyncs();
+  // File::Sync calls waiting in HoldSyncs now.
+  uint64_t held_syncs() const;
 
   // --- corruption ---
 
@@ -195,6 +207,13 @@ class FaultInjectionEnv : public EnvWrapper {
   std::array<RandomFailure, kNumOps> random_{};               // GUARDED_BY(mu_)
   std::map<std::string, std::shared_ptr<FileState>> files_;  // GUARDED_BY(mu_), by path
   std::vector<DirChange> dir_changes_;                        // GUARDED_BY(mu_), oldest first
+
+  // HoldSyncs: its own mutex (a held sync must not hold mu_).
+  void WaitWhileSyncsHeld();
+  mutable std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool syncs_held_ = false;   // GUARDED_BY(hold_mu_)
+  uint64_t held_syncs_ = 0;   // GUARDED_BY(hold_mu_)
 };
 
 }  // namespace deuteron

@@ -266,6 +266,17 @@ Status Dc::CheckIncarnation(uint64_t incarnation, const char* call) const {
 
 // ---- Record operations ----------------------------------------------------------
 
+Status Dc::CheckReadFence(const ReadFence& fence, const char* call) const {
+  RETURN_IF_ERROR(CheckIncarnation(fence.incarnation, call));
+  if (fence.instance != 0 && fence.instance != instance_) {
+    return Status::StaleIncarnation(std::string(call) + ": the reader expects DC instance " +
+                                    std::to_string(fence.instance) + ", this is instance " +
+                                    std::to_string(instance_) +
+                                    " (the DC reopened its store since: restart it)");
+  }
+  return Status::OK();
+}
+
 Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t incarnation) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
@@ -346,6 +357,19 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
 Result<ReadResult> Dc::Get(Slice key) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  return GetHeld(key);
+}
+
+Result<ReadResult> Dc::GetFenced(Slice key, const ReadFence& fence) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  // The hold keeps a RestartTo out until the read is done: a read checked
+  // here is wholly before any later restart.
+  RETURN_IF_ERROR(CheckReadFence(fence, "get"));
+  return GetHeld(key);
+}
+
+Result<ReadResult> Dc::GetHeld(Slice key) {
   gets_.fetch_add(1, std::memory_order_relaxed);
   ReadResult out;
   ASSIGN_OR_RETURN(bwtree::Record record, tree_->ReadHeld(key, &out.found));
@@ -357,6 +381,18 @@ Result<ReadResult> Dc::Get(Slice key) {
 Result<std::vector<ReadResult>> Dc::MultiGet(std::span<const Slice> keys) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  return MultiGetHeld(keys);
+}
+
+Result<std::vector<ReadResult>> Dc::MultiGetFenced(std::span<const Slice> keys,
+                                                   const ReadFence& fence) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  RETURN_IF_ERROR(CheckReadFence(fence, "multiget"));
+  return MultiGetHeld(keys);
+}
+
+Result<std::vector<ReadResult>> Dc::MultiGetHeld(std::span<const Slice> keys) {
   if (keys.size() > options_.max_multiget_keys) {
     return Status::TooLarge("multiget: " + std::to_string(keys.size()) +
                             " keys over the limit of " +
@@ -375,6 +411,17 @@ Result<std::vector<ReadResult>> Dc::MultiGet(std::span<const Slice> keys) {
 Result<ScanResult> Dc::Scan(const ScanRequest& request) {
   std::shared_lock<std::shared_mutex> hold;
   RETURN_IF_ERROR(Enter(&hold));
+  return ScanHeld(request);
+}
+
+Result<ScanResult> Dc::ScanFenced(const ScanRequest& request, const ReadFence& fence) {
+  std::shared_lock<std::shared_mutex> hold;
+  RETURN_IF_ERROR(Enter(&hold));
+  RETURN_IF_ERROR(CheckReadFence(fence, "scan"));
+  return ScanHeld(request);
+}
+
+Result<ScanResult> Dc::ScanHeld(const ScanRequest& request) {
   scans_.fetch_add(1, std::memory_order_relaxed);
   const size_t limit = request.limit == 0
                            ? options_.max_scan_items

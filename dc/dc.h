@@ -177,6 +177,10 @@ class Dc final : public DataComponent {
   Result<ReadResult> Get(Slice key) override;
   Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override;
   Result<ScanResult> Scan(const ScanRequest& request) override;
+  Result<ReadResult> GetFenced(Slice key, const ReadFence& fence) override;
+  Result<std::vector<ReadResult>> MultiGetFenced(std::span<const Slice> keys,
+                                                 const ReadFence& fence) override;
+  Result<ScanResult> ScanFenced(const ScanRequest& request, const ReadFence& fence) override;
   Status SetEsl(uint64_t esl, uint64_t incarnation) override;
   Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override;
   // Also InvalidArgument when `stable_end` is below max_durable_lsn: the LSS
@@ -243,6 +247,13 @@ class Dc final : public DataComponent {
   // OK when `incarnation` is the current one; StaleIncarnation when older,
   // InvalidArgument when newer. REQUIRES: a hold on gate_.
   Status CheckIncarnation(uint64_t incarnation, const char* call) const;
+  // CheckIncarnation, and StaleIncarnation when fence.instance is nonzero
+  // and not instance_. REQUIRES: a hold on gate_.
+  Status CheckReadFence(const ReadFence& fence, const char* call) const;
+  // The reads, under a hold the caller took (and checked a fence under).
+  Result<ReadResult> GetHeld(Slice key);
+  Result<std::vector<ReadResult>> MultiGetHeld(std::span<const Slice> keys);
+  Result<ScanResult> ScanHeld(const ScanRequest& request);
   // Writes dc.meta atomically (temp file, sync, rename, sync directory).
   Status WriteMeta(const DcMeta& meta);
   Result<DcMeta> ReadMeta();

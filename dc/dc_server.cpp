@@ -1,6 +1,7 @@
 #include "dc/dc_server.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,13 +41,18 @@ class Handler final : public proto::DataComponentServiceIf {
     out = proto::ToWire(Value(dc_->Apply(ops, esl, incarnation)));
   }
 
-  void get(proto::ReadResult& out, const std::string& key) override {
-    out = proto::ToWire(Value(dc_->Get(Slice(key))));
+  // A fence without an incarnation (an older client, a tool) reads unfenced.
+  void get(proto::ReadResult& out, const std::string& key, const proto::ReadFence& fence) override {
+    const std::optional<ReadFence> f = Value(proto::FromWireFence(fence));
+    out = proto::ToWire(Value(f ? dc_->GetFenced(Slice(key), *f) : dc_->Get(Slice(key))));
   }
 
   // In slices of kMultiGetSlice keys, each charged to the reply budget as
   // it is converted: a reply headed past the frame limit stops there.
-  void multiGet(std::vector<proto::ReadResult>& out, const std::vector<std::string>& keys) override {
+  void multiGet(std::vector<proto::ReadResult>& out, const std::vector<std::string>& keys,
+                const proto::ReadFence& fence) override {
+    const std::optional<ReadFence> f = Value(proto::FromWireFence(fence));
+    auto read = [&](std::span<const Slice> ks) { return f ? dc_->MultiGetFenced(ks, *f) : dc_->MultiGet(ks); };
     if (keys.size() > max_multiget_keys_) {
       Check(Status::TooLarge(fmt::format("multiGet of {} keys over the maximum of {}", keys.size(),
                                          max_multiget_keys_)));
@@ -57,12 +63,12 @@ class Handler final : public proto::DataComponentServiceIf {
     out.reserve(keys.size());
     const std::span<const Slice> all(slices);
     if (all.empty()) {
-      Value(dc_->MultiGet(all));  // the DC's own checks for an empty call
+      Value(read(all));  // the DC's own checks for an empty call
       return;
     }
     for (size_t at = 0; at < all.size(); at += DcServer::kMultiGetSlice) {
       const size_t n = std::min(DcServer::kMultiGetSlice, all.size() - at);
-      std::vector<ReadResult> results = Value(dc_->MultiGet(all.subspan(at, n)));
+      std::vector<ReadResult> results = Value(read(all.subspan(at, n)));
       size_t bytes = 0;
       for (const ReadResult& r : results) bytes += r.value.size();
       Check(server::ChargeReply(bytes));
@@ -70,9 +76,11 @@ class Handler final : public proto::DataComponentServiceIf {
     }
   }
 
-  void scan(proto::ScanResult& out, const proto::ScanRequest& request) override {
+  void scan(proto::ScanResult& out, const proto::ScanRequest& request,
+            const proto::ReadFence& fence) override {
     const ScanRequest r = Value(proto::FromWireScan(request));
-    ScanResult result = Value(dc_->Scan(r));
+    const std::optional<ReadFence> f = Value(proto::FromWireFence(fence));
+    ScanResult result = Value(f ? dc_->ScanFenced(r, *f) : dc_->Scan(r));
     size_t bytes = 0;
     for (const ScanItem& item : result.items) {
       bytes += item.key.size() + item.value.size() + kReadResultOverhead;

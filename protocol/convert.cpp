@@ -129,6 +129,24 @@ Result<uint64_t> FromWireLsn(int64_t lsn, const char* what) {
   return static_cast<uint64_t>(lsn);
 }
 
+Result<ReadFence> ToWireFence(const ::deuteron::ReadFence& fence) {
+  ReadFence w;
+  ASSIGN_OR_RETURN(const int64_t inc, ToWireLsn(fence.incarnation, "incarnation"));
+  w.__set_incarnation(inc);
+  if (fence.instance != 0) {
+    w.__set_instance(Counter(fence.instance));  // as DcReady: the bit pattern
+  }
+  return w;
+}
+
+Result<std::optional<::deuteron::ReadFence>> FromWireFence(const ReadFence& w) {
+  if (!w.__isset.incarnation) return std::optional<::deuteron::ReadFence>();
+  ::deuteron::ReadFence fence;
+  ASSIGN_OR_RETURN(fence.incarnation, FromWireLsn(w.incarnation, "incarnation"));
+  if (w.__isset.instance) fence.instance = Counter(w.instance);
+  return std::optional<::deuteron::ReadFence>(fence);
+}
+
 ApplyResult ToWire(const ::deuteron::ApplyResult& r) {
   ApplyResult w;
   w.__set_applied(static_cast<int32_t>(r.applied));

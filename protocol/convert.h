@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +52,13 @@ std::vector<Slice> FromWireKeys(const std::vector<std::string>& keys);
 ScanRequest ToWireScan(const ::deuteron::ScanRequest& request);
 // InvalidArgument on a negative limit.
 Result<::deuteron::ScanRequest> FromWireScan(const ScanRequest& request);
+
+// A read fence: incarnation always set, instance when nonzero.
+// InvalidArgument when a value is above INT64_MAX.
+Result<ReadFence> ToWireFence(const ::deuteron::ReadFence& fence);
+// nullopt when the fence carries no incarnation (an unfenced read);
+// InvalidArgument on a negative value.
+Result<std::optional<::deuteron::ReadFence>> FromWireFence(const ReadFence& fence);
 
 // An LSN-valued scalar argument (setEsl, proposeRssp, restartTo), or an
 // incarnation (`what` names it). InvalidArgument when above INT64_MAX.

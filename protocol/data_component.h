@@ -16,8 +16,21 @@
 // InvalidArgument (never started here). So the requests of a crashed or
 // superseded TC that reach the DC after the new TC's RestartTo change
 // nothing, before or after a DC restart. A store no RestartTo has run on is
-// at incarnation 0. Reads, GetStats and Health are not fenced: they change
+// at incarnation 0. Plain reads, GetStats and Health are not fenced: they change
 // nothing in the DC.
+//
+// Read fences. The plain reads (Get, MultiGet, Scan) are not fenced: any
+// client may read. A TC reads with the fenced forms (GetFenced, ...), which
+// carry a ReadFence: the TC's incarnation and the DC instance (DcReady::
+// instance) it restarted. The DC refuses a read whose incarnation is not its
+// current one as Apply does (older: StaleIncarnation, newer:
+// InvalidArgument), and one whose instance is not its own (the DC process
+// reopened its store since: it lost what it held only in memory) with
+// StaleIncarnation, so a TC never reads a DC that dropped committed
+// operations behind its back (someone else's RestartTo, a DC process
+// restarted faster than the TC noticed). A read checked against the fence
+// runs wholly before any later RestartTo. A binding that does not fence (the
+// default methods below) reads unfenced.
 //
 // Thread safety: every method of every binding is thread-safe. Slices in a
 // call are borrowed for the call only.
@@ -47,6 +60,12 @@ struct RecordOp {
   Slice key;
   Slice value;  // empty for kDelete
   uint64_t lsn = 0;
+};
+
+// What a reader expects of the DC (see "Read fences" above).
+struct ReadFence {
+  uint64_t incarnation = 0;  // the reader's TC incarnation
+  uint64_t instance = 0;     // the DC instance it restarted; 0: not checked
 };
 
 struct ApplyResult {
@@ -159,6 +178,24 @@ class DataComponent {
   // One result per key, in order. TooLarge above the batch maximum.
   virtual Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) = 0;
   virtual Result<ScanResult> Scan(const ScanRequest& request) = 0;
+
+  // The reads above, fenced: StaleIncarnation when `fence.incarnation` is
+  // older than the DC's or `fence.instance` (nonzero) is not the DC's
+  // instance; InvalidArgument when the incarnation is newer. A binding
+  // without fences (these defaults) reads unfenced.
+  virtual Result<ReadResult> GetFenced(Slice key, const ReadFence& fence) {
+    (void)fence;
+    return Get(key);
+  }
+  virtual Result<std::vector<ReadResult>> MultiGetFenced(std::span<const Slice> keys,
+                                                         const ReadFence& fence) {
+    (void)fence;
+    return MultiGet(keys);
+  }
+  virtual Result<ScanResult> ScanFenced(const ScanRequest& request, const ReadFence& fence) {
+    (void)fence;
+    return Scan(request);
+  }
 
   // The TC's end of stable log: everything at or below it is durable in the
   // TC log. Never moves back (a lower value is ignored). Fenced as Apply.

@@ -104,6 +104,17 @@ struct ScanResult {
   2: bool more,
 }
 
+// What a reading TC expects of the DC (protocol/protocol.md, "Read fences"):
+// its incarnation and the DC instance (DcReady.instance) it restarted. An
+// absent incarnation: an unfenced read (older clients, tools). With it, the
+// DC refuses a read of another incarnation as it refuses apply (older:
+// STALE_INCARNATION, newer: INVALID_ARGUMENT), and one of another instance
+// (absent or 0: not checked) with STALE_INCARNATION.
+struct ReadFence {
+  1: optional i64 incarnation,
+  2: optional i64 instance,
+}
+
 struct DcReady {
   1: i64 rssp,
   2: i64 max_durable_lsn,
@@ -156,9 +167,10 @@ struct DcStats {
 
 service DataComponentService {
   ApplyResult apply(1: ApplyRequest request) throws (1: DeuteronError error),
-  ReadResult get(1: binary key) throws (1: DeuteronError error),
-  list<ReadResult> multiGet(1: list<binary> keys) throws (1: DeuteronError error),
-  ScanResult scan(1: ScanRequest request) throws (1: DeuteronError error),
+  // fence (absent: an unfenced read): see ReadFence.
+  ReadResult get(1: binary key, 2: ReadFence fence) throws (1: DeuteronError error),
+  list<ReadResult> multiGet(1: list<binary> keys, 2: ReadFence fence) throws (1: DeuteronError error),
+  ScanResult scan(1: ScanRequest request, 2: ReadFence fence) throws (1: DeuteronError error),
   void setEsl(1: i64 esl, 2: i64 incarnation) throws (1: DeuteronError error),
   void proposeRssp(1: i64 rssp, 2: i64 incarnation) throws (1: DeuteronError error),
   // store_id (16 bytes, absent: no check): the restarting TC's store. A DC

@@ -299,11 +299,19 @@ Result<::deuteron::ApplyResult> RemoteDataComponent::Apply(std::span<const ::deu
   return out;
 }
 
-Result<::deuteron::ReadResult> RemoteDataComponent::Get(Slice key) {
+Result<::deuteron::ReadResult> RemoteDataComponent::Get(Slice key) { return DoGet(key, ReadFence()); }
+
+Result<::deuteron::ReadResult> RemoteDataComponent::GetFenced(Slice key,
+                                                              const ::deuteron::ReadFence& fence) {
+  ASSIGN_OR_RETURN(const ReadFence w, ToWireFence(fence));
+  return DoGet(key, w);
+}
+
+Result<::deuteron::ReadResult> RemoteDataComponent::DoGet(Slice key, const ReadFence& fence) {
   const std::string k = key.ToString();
   ::deuteron::ReadResult out;
   RETURN_IF_ERROR(Call(
-      "get", [&](DataComponentServiceClient& c) { c.send_get(k); },
+      "get", [&](DataComponentServiceClient& c) { c.send_get(k, fence); },
       [&](DataComponentServiceClient& c) {
         protocol::ReadResult r;
         c.recv_get(r);
@@ -314,12 +322,23 @@ Result<::deuteron::ReadResult> RemoteDataComponent::Get(Slice key) {
 }
 
 Result<std::vector<::deuteron::ReadResult>> RemoteDataComponent::MultiGet(std::span<const Slice> keys) {
+  return DoMultiGet(keys, ReadFence());
+}
+
+Result<std::vector<::deuteron::ReadResult>> RemoteDataComponent::MultiGetFenced(
+    std::span<const Slice> keys, const ::deuteron::ReadFence& fence) {
+  ASSIGN_OR_RETURN(const ReadFence w, ToWireFence(fence));
+  return DoMultiGet(keys, w);
+}
+
+Result<std::vector<::deuteron::ReadResult>> RemoteDataComponent::DoMultiGet(std::span<const Slice> keys,
+                                                                            const ReadFence& fence) {
   std::vector<std::string> ks;
   ks.reserve(keys.size());
   for (const Slice& k : keys) ks.push_back(k.ToString());
   std::vector<::deuteron::ReadResult> out;
   RETURN_IF_ERROR(Call(
-      "multiGet", [&](DataComponentServiceClient& c) { c.send_multiGet(ks); },
+      "multiGet", [&](DataComponentServiceClient& c) { c.send_multiGet(ks, fence); },
       [&](DataComponentServiceClient& c) {
         std::vector<protocol::ReadResult> rs;
         c.recv_multiGet(rs);
@@ -331,10 +350,21 @@ Result<std::vector<::deuteron::ReadResult>> RemoteDataComponent::MultiGet(std::s
 }
 
 Result<::deuteron::ScanResult> RemoteDataComponent::Scan(const ::deuteron::ScanRequest& request) {
+  return DoScan(request, ReadFence());
+}
+
+Result<::deuteron::ScanResult> RemoteDataComponent::ScanFenced(const ::deuteron::ScanRequest& request,
+                                                               const ::deuteron::ReadFence& fence) {
+  ASSIGN_OR_RETURN(const ReadFence w, ToWireFence(fence));
+  return DoScan(request, w);
+}
+
+Result<::deuteron::ScanResult> RemoteDataComponent::DoScan(const ::deuteron::ScanRequest& request,
+                                                           const ReadFence& fence) {
   const protocol::ScanRequest w = ToWireScan(request);
   ::deuteron::ScanResult out;
   RETURN_IF_ERROR(Call(
-      "scan", [&](DataComponentServiceClient& c) { c.send_scan(w); },
+      "scan", [&](DataComponentServiceClient& c) { c.send_scan(w, fence); },
       [&](DataComponentServiceClient& c) {
         protocol::ScanResult r;
         c.recv_scan(r);

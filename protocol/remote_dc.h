@@ -36,6 +36,8 @@
 
 namespace deuteron::protocol {
 
+class ReadFence;  // the wire form (deuteron_types.h), not ::deuteron::ReadFence
+
 struct RemoteOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // REQUIRES: nonzero
@@ -66,6 +68,11 @@ class RemoteDataComponent final : public DataComponent {
   Result<::deuteron::ReadResult> Get(Slice key) override;
   Result<std::vector<::deuteron::ReadResult>> MultiGet(std::span<const Slice> keys) override;
   Result<::deuteron::ScanResult> Scan(const ::deuteron::ScanRequest& request) override;
+  Result<::deuteron::ReadResult> GetFenced(Slice key, const ::deuteron::ReadFence& fence) override;
+  Result<std::vector<::deuteron::ReadResult>> MultiGetFenced(
+      std::span<const Slice> keys, const ::deuteron::ReadFence& fence) override;
+  Result<::deuteron::ScanResult> ScanFenced(const ::deuteron::ScanRequest& request,
+                                            const ::deuteron::ReadFence& fence) override;
   Status SetEsl(uint64_t esl, uint64_t incarnation) override;
   Status ProposeRssp(uint64_t rssp, uint64_t incarnation) override;
   Result<::deuteron::DcReady> RestartTo(uint64_t stable_end) override;
@@ -94,6 +101,13 @@ class RemoteDataComponent final : public DataComponent {
   // client, `recv` reads the reply. Maps every exception to a Status.
   template <typename Send, typename Recv>
   Status Call(const char* method, Send&& send, Recv&& recv);
+
+  // The reads; `fence` without an incarnation set: unfenced.
+  Result<::deuteron::ReadResult> DoGet(Slice key, const ReadFence& fence);
+  Result<std::vector<::deuteron::ReadResult>> DoMultiGet(std::span<const Slice> keys,
+                                                         const ReadFence& fence);
+  Result<::deuteron::ScanResult> DoScan(const ::deuteron::ScanRequest& request,
+                                        const ReadFence& fence);
 
   const RemoteOptions options_;
   mutable std::mutex mu_;

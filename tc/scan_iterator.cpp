@@ -68,6 +68,8 @@ Result<std::unique_ptr<ScanIterator>> Transaction::Scan(const ScanOptions& o) {
     if (Status s = tm_->locks_.LockRange(id_, range); !s.ok()) return Fail(std::move(s));
     // After the lock, as Get: a failed TC serves no reads.
     if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
+    // Whatever the range shows may come from an early-released commit.
+    NoteRead(0);
   }
   std::unique_ptr<ScanIterator> it(new ScanIterator(this, o, empty));
   it->Advance();

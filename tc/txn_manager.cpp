@@ -56,6 +56,8 @@ Result<std::string> Transaction::Get(Slice key) {
   // nothing is read until it serves again (DcGet waits, then Unavailable).
   Result<ReadResult> r = tm_->DcGet(key);
   if (!r.ok()) return r.status();
+  // A tombstone has its LSN too: a delete released early is a dependency.
+  if (r->lsn != 0) NoteRead(r->lsn);
   if (!r->found) return Status::NotFound("key not found");
   return std::move(r->value);
 }
@@ -80,19 +82,40 @@ Status Transaction::Delete(Slice key) {
 
 // Scan and ScanAll: tc/scan_iterator.cpp.
 
+void Transaction::NoteRead(uint64_t lsn) {
+  // Loaded after this transaction's lock on what it read: every commit that
+  // released a lock on it before is in released_end_ (tc/txn.md, "Early
+  // lock release"). A version below the log's ESL is durable already.
+  const uint64_t released = tm_->released_end_.load(std::memory_order_acquire);
+  const uint64_t esl = tm_->log_->Esl();
+  if (released <= esl) return;  // every early release is durable
+  if (lsn != 0 && lsn < esl) return;
+  depends_on_ = std::max(depends_on_, released);
+}
+
 Status Transaction::Commit() {
   if (Status s = CheckActive(); !s.ok()) return s;
   active_ = false;
   if (writes_.empty()) {
     tm_->locks_.ReleaseAll(id_);
+    // It read data whose writer released its locks before durability: not
+    // acknowledged before that data is durable (a crash would undo it).
+    if (depends_on_ != 0) {
+      if (Status s = tm_->WaitDependency(depends_on_); !s.ok()) {
+        tm_->aborts_.fetch_add(1, std::memory_order_relaxed);
+        return s;
+      }
+    }
     tm_->ro_commits_.fetch_add(1, std::memory_order_relaxed);
     return Status::OK();
   }
-  Status s = tm_->CommitWrites(this);
+  bool released = false;
+  Status s = tm_->CommitWrites(this, &released);
   writes_.clear();
-  // Strict 2PL: the locks go only now, after the record is durable (or the
-  // TC failed, which refuses every later read).
-  tm_->locks_.ReleaseAll(id_);
+  // Strict 2PL: unless released early (once applied), the locks go only
+  // now, after the record is durable (or the TC failed, which refuses every
+  // later read). Its own record ends above every dependency it read.
+  if (!released) tm_->locks_.ReleaseAll(id_);
   (s.ok() ? tm_->commits_ : tm_->aborts_).fetch_add(1, std::memory_order_relaxed);
   return s;
 }
@@ -101,7 +124,8 @@ Status Transaction::Commit() {
 
 TxnManager::TxnManager(DataComponent* dc, wal::Log* log, TxnOptions options)
     : dc_(dc), log_(log), options_(options),
-      locks_(LockManager::Options{options.lock_timeout}) {}
+      locks_(LockManager::Options{options.lock_timeout}),
+      early_lock_release_(options.early_lock_release) {}
 
 Result<std::unique_ptr<TxnManager>> TxnManager::Open(DataComponent* dc, wal::Log* log,
                                                      TxnOptions options) {
@@ -125,7 +149,19 @@ std::unique_ptr<Transaction> TxnManager::Begin() {
       new Transaction(this, next_txn_.fetch_add(1, std::memory_order_relaxed)));
 }
 
-Status TxnManager::CommitWrites(Transaction* txn) {
+Status TxnManager::WaitDependency(uint64_t end) {
+  if (log_->Esl() >= end) return Status::OK();
+  read_only_waits_.fetch_add(1, std::memory_order_relaxed);
+  Status s = log_->WaitDurable(end);
+  if (!s.ok()) {
+    // The writer's record may be lost: what this transaction read may never
+    // have been (tc/txn.md, "Early lock release").
+    return s.WithContext("read-only commit: data it read was not made durable");
+  }
+  return s;
+}
+
+Status TxnManager::CommitWrites(Transaction* txn, bool* released) {
   if (Status s = CheckHealthy(); !s.ok()) return s;
   const auto deadline = std::chrono::steady_clock::now() + options_.dc_wait;
   // One op per key, in key order (the write set is a map).
@@ -195,6 +231,22 @@ Status TxnManager::CommitWrites(Transaction* txn) {
     Fail(applied.WithContext("DC apply failed after the commit record was appended"));
   }
   LeaveDc();
+
+  if (applied.ok() && early_lock_release_.load(std::memory_order_relaxed)) {
+    // Early lock release: the record is appended (the commit is decided:
+    // nothing can abort it now, only a log failure leaves it in doubt) and
+    // its operations are in the DC, so a reader of these keys sees them. A
+    // later writer of a key appends after this record, so its own
+    // durability covers this one; a later reader depends on released_end_,
+    // raised before the locks go.
+    uint64_t cur = released_end_.load(std::memory_order_relaxed);
+    while (cur < span->end &&
+           !released_end_.compare_exchange_weak(cur, span->end, std::memory_order_release)) {
+    }
+    locks_.ReleaseAll(txn->id_);
+    *released = true;
+    early_releases_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   Status durable = log_->WaitDurable(span->end);
   if (!durable.ok()) {
@@ -453,6 +505,8 @@ TxnStats TxnManager::stats() const {
   s.replayed_ops = replayed_ops_.load(std::memory_order_relaxed);
   s.dc_recoveries = dc_recoveries_.load(std::memory_order_relaxed);
   s.dc_unavailable = dc_unavailable_.load(std::memory_order_relaxed);
+  s.early_releases = early_releases_.load(std::memory_order_relaxed);
+  s.read_only_waits = read_only_waits_.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -7,9 +7,14 @@
 //    requested range (tc/lock/lock_manager.h).
 //  - Commit appends ONE log record holding every write (tc/commit_record.md),
 //    operation i gets LSN span.lsn + i, applies them to the DC with the log's
-//    ESL piggy-backed, waits until the log made the record durable, releases
-//    the locks and only then reports success. Read-only transactions log
-//    nothing; aborted ones never reach the DC.
+//    ESL piggy-backed, releases the locks (early lock release, the default;
+//    else after durability), waits until the log made the record durable and
+//    only then reports success. Read-only transactions log nothing, but one
+//    that read early-released data waits until it is durable (tc/txn.md,
+//    "Early lock release"); aborted ones never reach the DC.
+//  - Reads are fenced (tc/txn.md, "Read fences"): they carry the TC's
+//    incarnation and the DC instance it restarted; a DC that refuses them
+//    (StaleIncarnation) is recovered like one that refused a write.
 //  - A background thread sends the ESL to the DC when no Apply carried it
 //    (within Options::esl_interval) and checkpoints every
 //    Options::checkpoint_log_bytes of log, or Options::checkpoint_interval.
@@ -93,6 +98,12 @@ struct TxnOptions {
   // restarted or was restarted by someone else while no call reached it
   // (0: never; every fenced call notices anyway).
   std::chrono::milliseconds dc_probe_interval{200};
+  // Early lock release (tc/txn.md, "Early lock release"): a committing
+  // transaction releases its locks once its record is appended and its
+  // operations are in the DC, before the record is durable; a transaction
+  // that read such data is acknowledged only once the log made it durable.
+  // Off: locks are held until the commit record is durable.
+  bool early_lock_release = true;
 };
 
 struct TxnStats {
@@ -105,6 +116,10 @@ struct TxnStats {
   uint64_t replayed_ops = 0;     // at the last Open or DC recovery
   uint64_t dc_recoveries = 0;    // DC recoveries completed while running
   uint64_t dc_unavailable = 0;   // calls that gave up waiting for the DC
+  uint64_t early_releases = 0;   // commits that released their locks before durability
+  // Read-only commits that waited for the durability of data they read
+  // (released early by its writer).
+  uint64_t read_only_waits = 0;
 };
 
 class TxnManager;
@@ -149,6 +164,10 @@ class Transaction {
   Status CheckActive() const;
   // After a lock failure: abort and return `s`.
   Status Fail(Status s);
+  // After a read from the DC: depend on the commits that released their
+  // locks before durability, when the version read (`lsn`, 0 for a scan:
+  // any) may be one of theirs.
+  void NoteRead(uint64_t lsn);
 
   TxnManager* const tm_;
   const TxnId id_;
@@ -156,6 +175,10 @@ class Transaction {
   // key -> value, or nullopt for a delete. One op per key: the last write.
   std::map<std::string, std::optional<std::string>, std::less<>> writes_;
   int open_scans_ = 0;  // live ScanIterators, which must go first
+  // Early lock release: a log end that must be durable before this
+  // transaction is acknowledged (0: none), the end of the latest
+  // early-released commit it may have read from.
+  uint64_t depends_on_ = 0;
 };
 
 class TxnManager {
@@ -187,6 +210,10 @@ class TxnManager {
   bool dc_recovering() const { return recovering_.load(std::memory_order_acquire); }
 
   uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
+  // Early lock release on or off for the commits that start from now on
+  // (TxnOptions::early_lock_release is the initial setting). Safe at any
+  // time: readers always track the early-released data they read.
+  void SetEarlyLockRelease(bool on) { early_lock_release_.store(on, std::memory_order_relaxed); }
   TxnStats stats() const;
   LockManager& locks() { return locks_; }
 
@@ -227,7 +254,11 @@ class TxnManager {
   // The background thread's share: a recovery round when one is due, or a
   // health probe when idle for dc_probe_interval.
   void MaintainDc();
-  Status CommitWrites(Transaction* txn);
+  // Appends, applies and waits for durability; releases the transaction's
+  // locks early (and says so in *released) when early_lock_release.
+  Status CommitWrites(Transaction* txn, bool* released);
+  // A read-only commit's wait for the data it read (Transaction::depends_on_).
+  Status WaitDependency(uint64_t end);
   // Applies `ops` in order, in calls within the batch limits.
   Result<ApplyResult> ApplyInBatches(std::span<const RecordOp> ops, uint64_t esl);
   // A commit's apply: ApplyInBatches retrying Unavailable, coalesced with
@@ -287,6 +318,11 @@ class TxnManager {
   bool group_applying_ = false;             // GUARDED_BY(group_mu_)
 
   std::atomic<uint64_t> esl_sent_{0};  // highest DC ESL any call carried
+  // Early lock release: the highest log end of a commit that released its
+  // locks before its record was durable (raised before the release, so a
+  // transaction that locks a key after it sees the value).
+  std::atomic<uint64_t> released_end_{0};
+  std::atomic<bool> early_lock_release_;  // SetEarlyLockRelease
   std::mutex checkpoint_mu_;           // one checkpoint at a time
   std::atomic<uint64_t> last_checkpoint_tail_{0};  // log Tail() at the last checkpoint
   std::chrono::steady_clock::time_point last_checkpoint_time_;  // bg thread only
@@ -304,6 +340,7 @@ class TxnManager {
   std::atomic<uint64_t> commits_{0}, ro_commits_{0}, aborts_{0}, applies_{0};
   std::atomic<uint64_t> esl_sends_{0}, checkpoints_{0}, replayed_ops_{0};
   std::atomic<uint64_t> dc_recoveries_{0}, dc_unavailable_{0};
+  std::atomic<uint64_t> early_releases_{0}, read_only_waits_{0};
 };
 
 }  // namespace deuteron::tc

@@ -184,9 +184,18 @@ Result<T> TxnManager::ReadThroughDc(Read&& read) {
   const auto deadline = std::chrono::steady_clock::now() + options_.dc_wait;
   for (;;) {
     if (Status s = WaitDcReady(deadline); !s.ok()) return s;
-    Result<T> r = read();
+    // The fence: the incarnation this TC started and the DC instance it
+    // restarted (tc/txn.md, "Read fences"). Read after WaitDcReady, so a
+    // round that finished meanwhile is in it.
+    const ReadFence fence{incarnation_.load(std::memory_order_acquire),
+                          dc_instance_.load(std::memory_order_acquire)};
+    Result<T> r = read(fence);
     if (r.ok()) return r;
-    if (DcLost(r.status())) {
+    if (r.status().IsStaleIncarnation() &&
+        incarnation_.load(std::memory_order_acquire) != fence.incarnation) {
+      // This TC's own recovery round restarted the DC after the fence was
+      // read: not a loss, read again with the new fence.
+    } else if (DcLost(r.status())) {
       TriggerDcRecovery(r.status());
     } else if (!r.status().IsBusy()) {
       return r;
@@ -201,11 +210,11 @@ Result<T> TxnManager::ReadThroughDc(Read&& read) {
 }
 
 Result<ReadResult> TxnManager::DcGet(Slice key) {
-  return ReadThroughDc<ReadResult>([&] { return dc_->Get(key); });
+  return ReadThroughDc<ReadResult>([&](const ReadFence& f) { return dc_->GetFenced(key, f); });
 }
 
 Result<ScanResult> TxnManager::DcScan(const ScanRequest& request) {
-  return ReadThroughDc<ScanResult>([&] { return dc_->Scan(request); });
+  return ReadThroughDc<ScanResult>([&](const ReadFence& f) { return dc_->ScanFenced(request, f); });
 }
 
 Status TxnManager::RecoverDcRound() {

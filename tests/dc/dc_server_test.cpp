@@ -194,6 +194,29 @@ TEST_CASE("Every call round-trips through server and client", "[dc][server]") {
   CHECK(dc->Health()->incarnation == 1);
 }
 
+// A client that predates read fences sends get without argument 2: the
+// server decodes and answers it (an absent fence: an unfenced read). Fenced
+// reads and their refusals over the wire: dc_read_fence_test.cpp (remote
+// binding, a real Dc).
+TEST_CASE("A get without the fence argument is served unfenced", "[dc][server][fence]") {
+  Served s;
+  RawSocket raw = s.Raw();
+  proto::DataComponentService_get_args args;
+  args.key = "old";
+  std::string msg = EncodeCall("get", 7, args);
+  // The empty fence struct (field header, stop) before the arguments' stop.
+  REQUIRE(msg.compare(msg.size() - 5, 5, std::string("\x0c\x00\x02\x00\x00", 5)) == 0);
+  msg.erase(msg.size() - 5, 4);
+  REQUIRE(raw.WriteAll(Frame(msg)));
+  auto payload = raw.ReadFrame();
+  REQUIRE(payload);
+  const GetReply r = DecodeReply<proto::DataComponentService_get_result>(*payload);
+  CHECK(r.type == thrift::protocol::T_REPLY);
+  CHECK(r.seqid == 7);
+  CHECK(r.result.__isset.success);
+  CHECK_FALSE(r.result.__isset.error);
+}
+
 TEST_CASE("Typed errors cross the wire with their codes", "[dc][server]") {
   Served s;
   auto dc = s.Client();
@@ -569,6 +592,11 @@ TEST_CASE("Bad bytes cost only their own connection", "[dc][server]") {
     proto::DataComponentService_multiGet_args args;
     args.keys.assign(3, "k");
     std::string msg = EncodeCall("multiGet", 4, args);
+    // Without the (empty) fence argument, as an older client sends it, so
+    // the list is the last thing in the frame: its field header and stop
+    // (4 bytes) before the arguments' stop byte.
+    REQUIRE(msg.compare(msg.size() - 5, 5, std::string("\x0c\x00\x02\x00\x00", 5)) == 0);
+    msg.erase(msg.size() - 5, 4);
     // The list header (type byte, then i32 size 3) follows the field header.
     const std::string size3("\x00\x00\x00\x03", 4);
     const size_t at = msg.find(size3);

@@ -42,11 +42,12 @@ class Handler final : public proto::DataComponentServiceIf {
   void apply(proto::ApplyResult& out, const proto::ApplyRequest& request) override {
     out.applied = static_cast<int32_t>(request.ops.size());
   }
-  void get(proto::ReadResult& out, const std::string& key) override {
+  void get(proto::ReadResult& out, const std::string& key, const proto::ReadFence&) override {
     out.found = !key.empty();
     out.value = key;
   }
-  void multiGet(std::vector<proto::ReadResult>& out, const std::vector<std::string>& keys) override {
+  void multiGet(std::vector<proto::ReadResult>& out, const std::vector<std::string>& keys,
+                const proto::ReadFence&) override {
     for (const std::string& k : keys) {
       proto::ReadResult r;
       r.found = true;
@@ -56,7 +57,7 @@ class Handler final : public proto::DataComponentServiceIf {
       out.push_back(std::move(r));
     }
   }
-  void scan(proto::ScanResult& out, const proto::ScanRequest& request) override {
+  void scan(proto::ScanResult& out, const proto::ScanRequest& request, const proto::ReadFence&) override {
     for (int i = 0; i < std::min(request.limit, 16); ++i) {
       proto::ScanItem item;
       item.key = std::to_string(i);

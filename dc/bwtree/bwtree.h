@@ -406,8 +406,15 @@ class BwTree {
   bool Admits(const llama::PageNode* head, size_t bytes) const;
   Hold HoldOf(const llama::PageNode* head, size_t bytes) const;
   // Installs a consolidated `chain` over `head` by Update-R, counting the
-  // outcome; a lost race discards the chain. True when installed.
-  bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);
+  // outcome; a lost race discards the chain. True when installed. With a
+  // `fold_bound` (the flush bound the chain was consolidated under, which
+  // kept exactly the deltas above it), by Llama::UpdateRFlush: the deltas
+  // the new base folded go to the LSS as a C-delta, so the base itself is
+  // not written whole (llama.md, "Incremental flushing"). Only for chains
+  // that involve no other page (no merge or remove-node delta): read back,
+  // the page is its old chain.
+  bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain,
+                           std::optional<uint64_t> fold_bound = std::nullopt);
   // Installs `chain` as pid's state over `head` and frees the `merged`
   // siblings folded into it, in one system transaction (no recovery sees the
   // new state without the frees, or the frees without it). False when another

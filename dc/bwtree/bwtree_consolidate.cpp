@@ -96,9 +96,9 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     // The common case: no other page's state is involved, and the base's
     // unchanged records are copied as bytes (page_ops.h).
     ConsolidatedPage page;
-    ASSIGN_OR_RETURN(PageNode* chain,
-                     ConsolidateChain(llama_, head, FlushBound(), PurgeBound(), &page));
-    *installed = InstallConsolidated(pid, head, chain);
+    const uint64_t bound = FlushBound();
+    ASSIGN_OR_RETURN(PageNode* chain, ConsolidateChain(llama_, head, bound, PurgeBound(), &page));
+    *installed = InstallConsolidated(pid, head, chain, bound);
     return Status::OK();
   }
   LeafImage image;
@@ -177,7 +177,8 @@ Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode
     return ConsolidateInnerMerges(pid, head, installed, entries);
   }
   ASSIGN_OR_RETURN(PageNode* base, ConsolidateInnerChain(llama_, head, entries));
-  if (InstallConsolidated(pid, head, base)) *installed = base;
+  // Index-term deltas carry tag 0, as does the new base: all are folded.
+  if (InstallConsolidated(pid, head, base, FlushBound())) *installed = base;
   return Status::OK();
 }
 
@@ -234,8 +235,11 @@ Status BwTree::ConsolidateInnerMerges(PageId pid, const PageNode* head,
   return Status::OK();
 }
 
-bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* chain) {
-  if (!llama_->UpdateR(pid, head, chain)) {
+bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* chain,
+                                 std::optional<uint64_t> fold_bound) {
+  const bool done = fold_bound ? llama_->UpdateRFlush(pid, head, chain, *fold_bound, *fold_bound)
+                               : llama_->UpdateR(pid, head, chain);
+  if (!done) {
     llama_->DiscardChain(chain);
     counters_->failed_consolidations.Add();
     return false;

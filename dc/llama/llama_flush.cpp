@@ -1,6 +1,7 @@
 // Llama: flushing a page's state to the LSS (llama.h, "Flush"; llama.md,
 // "Flushed-ness under the WAL rule" and "Incremental flushing"), and the
 // Update-R that keeps a consolidated page's flushed state incremental.
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <vector>
@@ -138,8 +139,11 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
 }
 
 bool Llama::CDeltaFits(const ChainInfo& info, size_t base_bytes, size_t span) const {
+  // A small page costs little to write whole, but not less than a record's
+  // header and its buffer's share: its C-deltas may reach kMinChainBytes.
+  constexpr size_t kMinChainBytes = 4096;
   return info.lss_depth > 0 && info.lss_depth < options_.max_lss_chain &&
-         uint64_t{info.lss_chain_bytes} + span <= base_bytes;
+         uint64_t{info.lss_chain_bytes} + span <= std::max(base_bytes, kMinChainBytes);
 }
 
 bool Llama::UpdateRFlush(PageId pid, const PageNode* expected, PageNode* state, uint64_t max_tag,

@@ -41,10 +41,22 @@ Status BwTree::SizeInner(PageId pid, uint32_t level, bool allow_merge) {
     return CollapseRoot(pid, head);
   }
   if (allow_merge && options_.inner_merge_entries > 0 &&
-      entries <= options_.inner_merge_entries && !base.header().low_key.empty()) {
-    return StartMerge(pid, level);
+      entries <= options_.inner_merge_entries) {
+    return MergeSmall(base.header(), pid, level);
   }
   return Status::OK();
+}
+
+Status BwTree::MergeSmall(const BaseHeader& header, PageId pid, uint32_t level) {
+  if (!header.low_key.empty()) return StartMerge(pid, level);
+  // The leftmost page of its level has no left neighbour to go into: its
+  // right sibling comes into it instead (a merge of that sibling, which
+  // StartMerge refuses if the sibling is large in bytes; an oversized union
+  // is split at once). Without it a small leftmost page stayed small for
+  // good, and a root whose leftmost child was the small one kept two
+  // children and its height (bwtree.md, "Inner merges, measured").
+  if (header.high_infinite || header.right_sibling == 0) return Status::OK();
+  return StartMerge(header.right_sibling, level);
 }
 
 Status BwTree::RestructureHeld(PageId pid, const PageNode* head, Hold hold) {
@@ -79,9 +91,8 @@ Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
   if (records > options_.leaf_max_records || DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, 0);
   }
-  if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
-      !base.header().low_key.empty()) {
-    return StartMerge(pid, 0);
+  if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records) {
+    return MergeSmall(base.header(), pid, 0);
   }
   return Status::OK();
 }
@@ -177,8 +188,7 @@ Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode
     return ConsolidateInnerMerges(pid, head, installed, entries);
   }
   ASSIGN_OR_RETURN(PageNode* base, ConsolidateInnerChain(llama_, head, entries));
-  // Index-term deltas carry tag 0, as does the new base: all are folded.
-  if (InstallConsolidated(pid, head, base, FlushBound())) *installed = base;
+  if (InstallConsolidated(pid, head, base)) *installed = base;
   return Status::OK();
 }
 

@@ -71,7 +71,7 @@ void RunServerMemory(uint64_t budget) {
   const auto start = std::chrono::steady_clock::now();
   Random64 rnd(33);
   const std::string value(kValue, 'v');
-  uint64_t lsn = 0, since_rssp = 0, max_rss = 0;
+  uint64_t lsn = 0, since_rssp = 0, max_rss = 0, max_cache = 0;
   for (uint64_t loaded = 0; loaded < load;) {
     std::vector<RecordOp> ops;
     for (int i = 0; i < 64; ++i) {
@@ -90,6 +90,9 @@ void RunServerMemory(uint64_t budget) {
       REQUIRE(s.ok());
       since_rssp = 0;
       max_rss = std::max(max_rss, ProcStatusBytes(child.pid(), "VmRSS"));
+      Result<DcStats> stats = dc->GetStats();
+      REQUIRE(stats.ok());
+      max_cache = std::max(max_cache, stats->memory_bytes);
     }
   }
   const double seconds =
@@ -102,9 +105,10 @@ void RunServerMemory(uint64_t budget) {
   const uint64_t bound = budget + budget / 10 + kAllowance + kProcessFloor;
   std::printf(
       "deuteron dc --memory-budget %.0f MiB: loaded %.0f MiB in %.1f s; resident once serving "
-      "%.1f MiB, most at an RSSP %.1f MiB, peak (VmHWM) %.1f MiB (bound %.1f MiB = 1.1 B + "
-      "%.0f MiB allowance + %.0f MiB floor)\n",
+      "%.1f MiB, most at an RSSP %.1f MiB (cache count %.1f MiB), peak (VmHWM) %.1f MiB "
+      "(bound %.1f MiB = 1.1 B + %.0f MiB allowance + %.0f MiB floor)\n",
       budget / 1048576.0, load / 1048576.0, seconds, serving / 1048576.0, max_rss / 1048576.0,
+      max_cache / 1048576.0,
       peak / 1048576.0, bound / 1048576.0, kAllowance / 1048576.0, kProcessFloor / 1048576.0);
   std::fflush(stdout);
   CHECK(peak <= bound);

@@ -62,7 +62,7 @@ struct Shrink {
   BwTree::Stats stats;
   // After the shrink, per level (leaves first): pages, and entries of their
   // bases (records or separators).
-  std::vector<uint64_t> level_pages, level_entries;
+  std::vector<uint64_t> level_pages, level_entries, level_min_entries;
 };
 
 // Pages and base entries per level, from every allocated page's base (the
@@ -83,9 +83,11 @@ void Census(Llama* l, Shrink* out) {
     if (out->level_pages.size() <= level) {
       out->level_pages.resize(level + 1);
       out->level_entries.resize(level + 1);
+      out->level_min_entries.resize(level + 1, UINT64_MAX);
     }
     out->level_pages[level]++;
     out->level_entries[level] += base->count();
+    out->level_min_entries[level] = std::min<uint64_t>(out->level_min_entries[level], base->count());
   }
 }
 
@@ -179,7 +181,15 @@ TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwt
 // a small leftmost page had no left neighbour to merge into and stayed small,
 // so a root whose leftmost child was one kept two children (bwtree.md, "Two
 // findings explained"); now the leftmost page takes its right sibling in.
-void ShrinkCase(uint64_t seed) {
+//
+// Merging is triggered by a small page (at most the threshold), so it keeps a
+// floor on occupancy, not the least height: a root may keep two children that
+// are each above the threshold though together they would fit one page (1
+// seed in 40 here, e.g. 3772620922223318003: two level-3 pages of 5 and 6
+// entries under the root). With `strict` (the fixed seed) the height must
+// shrink; otherwise it must not grow, and when it stays, no page under the
+// root may be small enough to merge (else a merge was missed).
+void ShrinkCase(uint64_t seed, bool strict) {
   const uint64_t n = 40000;
   const Shrink s = InsertThenDelete(seed, n, 20);
   Report("inner merge", n, s);
@@ -187,7 +197,13 @@ void ShrinkCase(uint64_t seed) {
                 << s.height_before << " -> " << s.height_after << ", inner merges "
                 << s.stats.inner_merges << ", root collapses " << s.stats.root_collapses);
   CHECK(s.height_before >= 4);
-  CHECK(s.height_after < s.height_before);
+  if (strict || s.height_after < s.height_before) {
+    CHECK(s.height_after < s.height_before);
+  } else {
+    CHECK(s.height_after == s.height_before);
+    REQUIRE(s.level_min_entries.size() == s.height_after);
+    CHECK(s.level_min_entries[s.height_after - 2] > ShrinkOptions().inner_merge_entries);
+  }
   CHECK(s.pages_after * 5 < s.pages_before);
   CHECK(s.stats.inner_merges > 0);
   CHECK(s.stats.root_collapses > 0);
@@ -195,12 +211,12 @@ void ShrinkCase(uint64_t seed) {
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height",
           "[dc][bwtree][inner_merge]") {
-  ShrinkCase(1);
+  ShrinkCase(1, /*strict=*/true);
 }
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height, random seeds (long)",
           "[.][dc][bwtree][inner_merge]") {
-  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed());
+  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed(), /*strict=*/false);
 }
 
 TEST_CASE("Deleting 95% of a million keys shrinks the page count and the height (long)",

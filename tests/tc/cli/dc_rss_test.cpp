@@ -84,6 +84,7 @@ void RunServerMemory(uint64_t budget) {
     Result<ApplyResult> r = dc->Apply(ops, lsn, health->incarnation);
     INFO(r.status().ToString());
     REQUIRE(r.ok());
+    REQUIRE(r->applied == ops.size());  // every record is in the DC
     if (since_rssp >= budget) {
       Status s = dc->ProposeRssp(lsn, health->incarnation);
       INFO(s.ToString());

@@ -234,7 +234,8 @@ class BwTree {
   Result<std::unique_ptr<Iterator>> Scan(const ScanOptions& options = {});
 
   // Flushes every page that is in memory with unflushed nodes under
-  // `max_tag` and makes the LSS stable up to the last flush: when it
+  // `max_tag` and makes the LSS stable up to its tail (so also the records
+  // other threads wrote for pages it found clean): when it
   // returns OK, every record at or below max_tag that the tree held when it
   // was called is stable. A page whose unflushed base was consolidated
   // above max_tag (flush_bound() moved on meanwhile) is flushed under
@@ -406,8 +407,18 @@ class BwTree {
   bool Admits(const llama::PageNode* head, size_t bytes) const;
   Hold HoldOf(const llama::PageNode* head, size_t bytes) const;
   // Installs a consolidated `chain` over `head` by Update-R, counting the
-  // outcome; a lost race discards the chain. True when installed.
-  bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain);
+  // outcome; a lost race discards the chain. True when installed. With a
+  // `fold_bound` (the flush bound the chain was consolidated under, which
+  // kept exactly the deltas above it), by Llama::UpdateRFlush: the deltas
+  // the new base folded go to the LSS as a C-delta, so the base itself is
+  // not written whole (llama.md, "Incremental flushing"). Only for leaf
+  // chains that involve no other page (no merge or remove-node delta): read
+  // back, the page is its old chain; inner pages: bwtree.md.
+  // A small page (under its merge threshold) merges: into its left
+  // neighbour, or, the leftmost of its level, by taking its right sibling in.
+  Status MergeSmall(const BaseHeader& header, PageId pid, uint32_t level);
+  bool InstallConsolidated(PageId pid, const llama::PageNode* head, llama::PageNode* chain,
+                           std::optional<uint64_t> fold_bound = std::nullopt);
   // Installs `chain` as pid's state over `head` and frees the `merged`
   // siblings folded into it, in one system transaction (no recovery sees the
   // new state without the frees, or the frees without it). False when another

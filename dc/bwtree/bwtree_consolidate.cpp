@@ -41,10 +41,22 @@ Status BwTree::SizeInner(PageId pid, uint32_t level, bool allow_merge) {
     return CollapseRoot(pid, head);
   }
   if (allow_merge && options_.inner_merge_entries > 0 &&
-      entries <= options_.inner_merge_entries && !base.header().low_key.empty()) {
-    return StartMerge(pid, level);
+      entries <= options_.inner_merge_entries) {
+    return MergeSmall(base.header(), pid, level);
   }
   return Status::OK();
+}
+
+Status BwTree::MergeSmall(const BaseHeader& header, PageId pid, uint32_t level) {
+  if (!header.low_key.empty()) return StartMerge(pid, level);
+  // The leftmost page of its level has no left neighbour to go into: its
+  // right sibling comes into it instead (a merge of that sibling, which
+  // StartMerge refuses if the sibling is large in bytes; an oversized union
+  // is split at once). Without it a small leftmost page stayed small for
+  // good, and a root whose leftmost child was the small one kept two
+  // children and its height (bwtree.md, "Inner merges, measured").
+  if (header.high_infinite || header.right_sibling == 0) return Status::OK();
+  return StartMerge(header.right_sibling, level);
 }
 
 Status BwTree::RestructureHeld(PageId pid, const PageNode* head, Hold hold) {
@@ -79,9 +91,8 @@ Status BwTree::SizeLeaf(PageId pid, bool allow_merge) {
   if (records > options_.leaf_max_records || DataBytes(head) > options_.node_max_bytes) {
     return SplitNode(pid, 0);
   }
-  if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records &&
-      !base.header().low_key.empty()) {
-    return StartMerge(pid, 0);
+  if (allow_merge && options_.leaf_merge_records > 0 && records <= options_.leaf_merge_records) {
+    return MergeSmall(base.header(), pid, 0);
   }
   return Status::OK();
 }
@@ -96,9 +107,9 @@ Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed
     // The common case: no other page's state is involved, and the base's
     // unchanged records are copied as bytes (page_ops.h).
     ConsolidatedPage page;
-    ASSIGN_OR_RETURN(PageNode* chain,
-                     ConsolidateChain(llama_, head, FlushBound(), PurgeBound(), &page));
-    *installed = InstallConsolidated(pid, head, chain);
+    const uint64_t bound = FlushBound();
+    ASSIGN_OR_RETURN(PageNode* chain, ConsolidateChain(llama_, head, bound, PurgeBound(), &page));
+    *installed = InstallConsolidated(pid, head, chain, bound);
     return Status::OK();
   }
   LeafImage image;
@@ -234,8 +245,11 @@ Status BwTree::ConsolidateInnerMerges(PageId pid, const PageNode* head,
   return Status::OK();
 }
 
-bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* chain) {
-  if (!llama_->UpdateR(pid, head, chain)) {
+bool BwTree::InstallConsolidated(PageId pid, const PageNode* head, PageNode* chain,
+                                 std::optional<uint64_t> fold_bound) {
+  const bool done = fold_bound ? llama_->UpdateRFlush(pid, head, chain, *fold_bound, *fold_bound)
+                               : llama_->UpdateR(pid, head, chain);
+  if (!done) {
     llama_->DiscardChain(chain);
     counters_->failed_consolidations.Add();
     return false;

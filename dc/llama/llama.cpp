@@ -431,6 +431,8 @@ void Llama::AnalyzeChain(const PageNode* head, ChainInfo* info) {
     info->lss_head = f->address;
     info->lss_end = f->end;
     info->lss_base = f->base;
+    info->lss_depth = f->depth;
+    info->lss_chain_bytes = f->chain_bytes;
   } else if (lss_node != nullptr) {
     info->lss_head = lss_node->prior;
   }
@@ -470,48 +472,6 @@ LssAddress Llama::LssHeadOf(const PageNode* head) {
   return n->is_data() ? n->prior : AsFlush(n)->address;
 }
 
-namespace {
-
-// Encodes `nodes` (chain order) as that payload at dst.
-void EncodePagePayloadTo(const std::vector<const PageNode*>& nodes, char* dst) {
-  for (const PageNode* n : nodes) {
-    dst = EncodeVarint32(dst, n->size);
-    dst = EncodeVarint64(dst, n->seq);
-    dst = EncodeVarint64(dst, n->tag);
-    *dst++ = static_cast<char>(n->kind);
-    std::memcpy(dst, n->payload(), n->size);
-    dst += n->size;
-  }
-}
-
-}  // namespace
-
-// Declared, with what they do, in internal/llama_impl.h.
-size_t PagePayloadSize(const std::vector<const PageNode*>& nodes) {
-  size_t bytes = 0;
-  for (const PageNode* n : nodes) {
-    bytes += static_cast<size_t>(VarintLength(n->size) + VarintLength(n->seq) +
-                                 VarintLength(n->tag)) + 1 + n->size;
-  }
-  return bytes;
-}
-
-size_t WritePageRecord(char* dst, PageId pid, const std::vector<const PageNode*>& nodes,
-                       size_t payload, LssAddress prev, uint64_t annotation, uint64_t bound) {
-  RecordHeader h;
-  h.type = prev == kNullAddress ? RecordType::kBase : RecordType::kDelta;
-  h.length = static_cast<uint32_t>(payload);
-  h.count = static_cast<uint32_t>(nodes.size());
-  h.pid = pid;
-  h.prev = prev;
-  h.annotation = annotation;
-  h.bound = bound;
-  EncodePagePayloadTo(nodes, dst + kRecordHeaderSize);
-  EncodeRecord(h, Slice(dst + kRecordHeaderSize, payload), dst);
-  return RecordSpan(payload);
-}
-
-
 Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, LoadedState* state) {
   std::vector<PageNode*> nodes;
   auto fail = [&](Status s) -> Status {
@@ -530,6 +490,7 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
     if (!rh.ok()) return fail(rh.status());
     const RecordHeader& h = *rh;
     page_load_reads_.fetch_add(1, std::memory_order_relaxed);
+    ++state->records;
     const std::string where = "LSS record at " + std::to_string(a);
     if (h.type != RecordType::kBase && h.type != RecordType::kDelta) {
       return fail(Status::Corruption(where + " is not a page record"));
@@ -569,6 +530,7 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
       state->base = a;
       break;
     }
+    state->chain_bytes = ChainBytesPlus(state->chain_bytes, RecordSpan(h.length));
     if (h.prev == kNullAddress || h.prev >= a) {
       return fail(Status::Corruption(where + ": C-delta with bad link " + std::to_string(h.prev)));
     }
@@ -606,6 +568,8 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
     f->address = address;
     f->end = loaded_state.end;
     f->base = loaded_state.base;
+    f->depth = loaded_state.records;
+    f->chain_bytes = loaded_state.chain_bytes;
     f->next = chain;
     f->base_hint = BaseHintBelow(chain);
     uint64_t expected = entry;
@@ -647,6 +611,8 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   f->address = ps->address;
   f->end = ps->end;
   f->base = ps->base;
+  f->depth = ps->depth;
+  f->chain_bytes = ps->chain_bytes;
   f->annotation = ps->annotation;
   std::vector<PageNode*> chain = std::move(above);
   chain.push_back(f);
@@ -755,70 +721,6 @@ bool Llama::UpdateR(PageId pid, const PageNode* expected, PageNode* state) {
   return false;
 }
 
-Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotation) {
-  ASSIGN_OR_RETURN(const PageNode* head, ReadState(pid, /*hide_private=*/false));
-  if (head == nullptr) return FlushResult{};
-  {
-    // A page private to an open system transaction is its commit's to write.
-    // Checked after the read: a page that becomes private later was freed and
-    // reallocated meanwhile, so the CAS below over `head` fails anyway.
-    std::lock_guard<std::mutex> att(att_mu_);
-    if (private_pages_.count(pid) != 0) return FlushResult{};
-  }
-  ChainInfo info;
-  AnalyzeChain(head, &info);
-  const uint64_t bound = EffectiveBound(info.has_flush, info.bound, max_tag);
-  std::vector<const PageNode*> selected;
-  for (const PageNode* n : info.unflushed) {
-    if (n->tag <= bound) selected.push_back(n);
-  }
-  const bool whole = info.base == nullptr || !info.base_flushed;
-  // An unflushed base above the bound is blocked even with nothing else to
-  // write: it may hold records at or below the bound (folded from deltas),
-  // which are then not in the LSS. Reporting it clean would let a caller
-  // take them for durable.
-  if (info.base != nullptr && whole && info.base->tag > bound) {
-    return FlushResult{FlushOutcome::kBlocked};
-  }
-  if (selected.empty()) return FlushResult{};
-  // Deltas need a durable base beneath them.
-  if (info.base == nullptr) return FlushResult{FlushOutcome::kBlocked};
-  assert(whole || info.lss_head != kNullAddress);
-
-  const size_t payload = PagePayloadSize(selected);
-  const size_t span = RecordSpan(payload);
-  ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(span));
-  FlushNode* f = NewFlushNode(NodeKind::kFlush);
-  f->seq = head->seq + 1;
-  f->tag = bound;
-  f->address = r.address;
-  f->end = r.address + span;
-  f->base = whole ? r.address : info.lss_base;
-  f->annotation = annotation;
-  f->next = const_cast<PageNode*>(head);
-  f->base_hint = BaseHintBelow(head);
-  uint64_t expected = MappingTable::FromPointer(head);
-  if (!mapping_->Cas(pid, expected, MappingTable::FromPointer(f))) {
-    lss_->Void(r);
-    FreeNode(f);
-    flush_failures_.fetch_add(1, std::memory_order_relaxed);
-    return FlushResult{FlushOutcome::kRaced};
-  }
-  // The CAS made this flush the page's newest; now copy (LLAMA 3.2.3 step 4).
-  WritePageRecord(r.dst, pid, selected, payload, whole ? kNullAddress : info.lss_head,
-                  annotation, bound);
-  NoteAnnotation(annotation);
-  lss_->Commit(r);
-
-  size_t change = 0;
-  for (const PageNode* n : selected) change += n->size;
-  flushes_.fetch_add(1, std::memory_order_relaxed);
-  flush_bytes_.fetch_add(span, std::memory_order_relaxed);
-  change_bytes_.fetch_add(change, std::memory_order_relaxed);
-  MaybeClean(r.address);
-  return FlushResult{FlushOutcome::kFlushed, r.address, r.address + span, span};
-}
-
 bool Llama::SwapOut(PageId pid) {
   if (pid == 0 || pid >= mapping_->high_water()) return false;
   const uint64_t e = mapping_->Load(pid);
@@ -850,6 +752,8 @@ bool Llama::SwapOut(PageId pid) {
   ps->address = info.lss_head;
   ps->end = info.lss_end;
   ps->base = info.lss_base;
+  ps->depth = info.lss_depth;
+  ps->chain_bytes = info.lss_chain_bytes;
   ps->annotation = info.annotation;
   PageNode* top = ps;
   for (auto it = info.unflushed.rbegin(); it != info.unflushed.rend(); ++it) {
@@ -889,6 +793,9 @@ Llama::Stats Llama::GetStats() const {
   s.flushes = flushes_.load(std::memory_order_relaxed);
   s.flush_failures = flush_failures_.load(std::memory_order_relaxed);
   s.flush_bytes = flush_bytes_.load(std::memory_order_relaxed);
+  s.whole_flush_bytes = whole_flush_bytes_.load(std::memory_order_relaxed);
+  s.chain_rewrites = chain_rewrites_.load(std::memory_order_relaxed);
+  s.incremental_replacements = incremental_replacements_.load(std::memory_order_relaxed);
   s.page_change_bytes = change_bytes_.load(std::memory_order_relaxed);
   s.swap_outs = swap_outs_.load(std::memory_order_relaxed);
   s.partial_swaps = partial_swaps_.load(std::memory_order_relaxed);

@@ -66,6 +66,14 @@ struct LlamaOptions {
   // still be called).
   size_t cleaning_trigger_segments = 0;
   size_t cleaning_target_segments = 0;
+  // Incremental flushing (llama.md, "Incremental flushing"): the most
+  // records a page's LSS chain (newest C-delta down to its kBase) may have,
+  // so a page is read back with at most this many LSS reads. A flush that
+  // would go past it writes the page whole; UpdateRFlush writes the deltas
+  // its new base folded as a C-delta while the chain is shorter. 0: off
+  // (UpdateRFlush is UpdateR, and a consolidated base is always written
+  // whole by the next flush).
+  size_t max_lss_chain = 32;
 };
 
 struct CleanResult {
@@ -176,6 +184,25 @@ class Llama {
   // base, possibly under new deltas; none of its nodes may come from another
   // chain). The old chain is freed after its epoch.
   bool UpdateR(PageId pid, const PageNode* expected, PageNode* state);
+  // Update-R that keeps the page's flushed state incremental (LLAMA 4.1's
+  // C-deltas, for a consolidated page): when the replaced state's base is in
+  // the LSS under a chain with room for one more C-delta (CDeltaFits: under
+  // max_lss_chain records, C-deltas within the new base's size), the replaced chain's
+  // unflushed data nodes with tag <= the bound (max_tag, or the chain's
+  // higher flush bound) are written as they are, as one C-delta over its LSS
+  // state, and a flush node with that bound goes on top of `state` in the
+  // same CAS. The next flush then writes only what is newer, never the new
+  // base; read back, the page is its old base under its pieces, which holds
+  // what the new base holds. Otherwise, or when the record cannot be
+  // reserved, exactly UpdateR.
+  // REQUIRES (the caller's promise, which the Bw-tree's plain consolidation
+  // keeps): `state`'s base holds what the replaced chain's data nodes with
+  // tag <= the bound hold (folded, and less what is dead), and its deltas
+  // are the replaced chain's with tag above it. A base or delta that breaks
+  // the tag half of it is caught (plain UpdateR). Same CAS result as
+  // UpdateR. `annotation` is the flush's (llama.h, Flush).
+  bool UpdateRFlush(PageId pid, const PageNode* expected, PageNode* state, uint64_t max_tag,
+                    uint64_t annotation);
 
   // A page's flushed state, when written whole (a consolidated base, or the
   // cleaner making a page contiguous), must fit one flush buffer
@@ -284,6 +311,9 @@ class Llama {
     uint64_t flushes = 0;
     uint64_t flush_failures = 0;     // flush CAS failures (voided)
     uint64_t flush_bytes = 0;        // record bytes written by flushes
+    uint64_t whole_flush_bytes = 0;  // of them, kBase records (a page written whole)
+    uint64_t chain_rewrites = 0;     // flushes written whole for the max_lss_chain limit
+    uint64_t incremental_replacements = 0;  // UpdateRFlush calls that kept the LSS state
     uint64_t page_change_bytes = 0;  // payload bytes of the data nodes flushed
     uint64_t swap_outs = 0;          // pages that left memory entirely
     uint64_t partial_swaps = 0;      // pages that kept only unflushed nodes
@@ -361,6 +391,11 @@ class Llama {
   void RunDeferredWork();
 
   static void AnalyzeChain(const PageNode* head, ChainInfo* info);
+  // Whether a C-delta of `span` bytes may go over the chain `info`
+  // describes, under a base of `base_bytes` (llama.md, "Incremental
+  // flushing"): the chain stays under max_lss_chain records and its C-deltas
+  // under the base's size.
+  bool CDeltaFits(const ChainInfo& info, size_t base_bytes, size_t span) const;
   // AnalyzeChain(head).lss_head alone, with no allocation (every Update-R).
   static LssAddress LssHeadOf(const PageNode* head);
   // Numbers a replacement chain above `expected` and records the old state's
@@ -380,6 +415,8 @@ class Llama {
     uint64_t bound = 0;             // the newest record's flush bound
     LssAddress end = kNullAddress;  // end of the newest record
     LssAddress base = kNullAddress; // the kBase record ending the chain
+    uint32_t records = 0;           // LSS records read (the chain's depth)
+    uint32_t chain_bytes = 0;       // bytes of the C-deltas among them
   };
   // Reads page `pid`'s LSS state at `address` and returns its data nodes in
   // chain order (newest first), linked. Corruption when a record there
@@ -473,6 +510,7 @@ class Llama {
   std::atomic<uint64_t> next_tid_{1};
   // Relaxed counters: statistics only.
   std::atomic<uint64_t> flushes_{0}, flush_failures_{0}, flush_bytes_{0}, change_bytes_{0};
+  std::atomic<uint64_t> whole_flush_bytes_{0}, chain_rewrites_{0}, incremental_replacements_{0};
   std::atomic<uint64_t> page_loads_{0}, page_load_reads_{0}, swap_outs_{0}, partial_swaps_{0};
   std::atomic<uint64_t> update_d_failures_{0}, update_r_failures_{0};
   std::atomic<uint64_t> txn_commits_{0}, txn_aborts_{0}, checkpoints_{0};

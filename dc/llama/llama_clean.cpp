@@ -173,6 +173,8 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       rel->address = r.address;
       rel->end = r.address + span;
       rel->base = r.address;
+      rel->depth = 1;
+      rel->chain_bytes = 0;
       rel->next = const_cast<PageNode*>(head);
       rel->base_hint = BaseHintBelow(head);
       built = rel;
@@ -190,6 +192,8 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       ps->address = r.address;
       ps->end = r.address + span;
       ps->base = r.address;
+      ps->depth = 1;
+      ps->chain_bytes = 0;
       PageNode* top = ps;
       for (auto it = copies.rbegin(); it != copies.rend(); ++it) {
         PageNode* c = NewNode((*it)->kind, (*it)->size, (*it)->tag);

@@ -86,6 +86,8 @@ struct PagePlan {
   bool whole = false;
   LssAddress prev = kNullAddress;
   LssAddress chain_base = kNullAddress;  // kBase record under `prev`
+  uint32_t depth = 0;                    // the page's LSS chain after the commit
+  uint32_t chain_bytes = 0;
   uint64_t bound = 0;
   size_t payload = 0;
   FlushNode* flush = nullptr;
@@ -142,7 +144,10 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     if (plan.selected.empty()) return Status::OK();
     plan.prev = plan.whole ? kNullAddress : info.lss_head;
     plan.chain_base = info.lss_base;
+    plan.depth = plan.whole ? 1 : DeeperBy(info.lss_depth);
     plan.payload = PagePayloadSize(plan.selected);
+    plan.chain_bytes =
+        plan.whole ? 0 : ChainBytesPlus(info.lss_chain_bytes, RecordSpan(plan.payload));
     plans.push_back(std::move(plan));
     return Status::OK();
   };
@@ -171,6 +176,8 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     f->address = at;
     f->end = at + RecordSpan(plan.payload);
     f->base = plan.whole ? at : plan.chain_base;
+    f->depth = plan.depth;
+    f->chain_bytes = plan.chain_bytes;
     f->annotation = annotation;
     f->next = const_cast<PageNode*>(plan.head);
     f->base_hint = BaseHintBelow(plan.head);

@@ -82,8 +82,16 @@ struct FlushNode : PageNode {
   uint64_t annotation;  // the caller's annotation of the flush
   uint64_t seq_hi;      // kPartialSwap: seq of the topmost flush when swapped
   LssAddress base;      // the kBase record that ends the LSS chain from `address`
+  // The LSS chain from `address` down to its kBase: its records, that one
+  // included (a read of the page costs this many LSS reads; 0: unknown),
+  // and the bytes of its C-deltas (records above the kBase). Bounded by
+  // LlamaOptions::max_lss_chain and the base's size (llama.md, "Incremental
+  // flushing").
+  uint32_t depth;
+  uint32_t chain_bytes;
 };
-static_assert(sizeof(FlushNode) == 88, "FlushNode layout");
+// 96 bytes: the node-cache class a FlushNode was allocated at anyway.
+static_assert(sizeof(FlushNode) == 96, "FlushNode layout");
 
 inline const FlushNode* AsFlush(const PageNode* n) { return static_cast<const FlushNode*>(n); }
 

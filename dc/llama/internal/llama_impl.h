@@ -2,6 +2,7 @@
 // Not part of LLAMA's interface.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -47,11 +48,20 @@ struct Llama::ChainInfo {
   LssAddress lss_head = kNullAddress;  // newest LSS state: topmost flush/relocation, or base prior
   LssAddress lss_end = kNullAddress;
   LssAddress lss_base = kNullAddress;  // the kBase record ending that chain (0: unknown)
+  uint32_t lss_depth = 0;              // records in that chain (0: unknown, or none)
+  uint32_t lss_chain_bytes = 0;        // bytes of its C-deltas
   const PageNode* base = nullptr;
   bool base_flushed = false;
   bool partial_swap = false;
   std::vector<const PageNode*> unflushed;  // data nodes, chain order
 };
+
+// The depth and C-delta bytes of a page's LSS chain once a C-delta of
+// `span` bytes goes over it (saturating).
+inline uint32_t DeeperBy(uint32_t depth) { return depth == 0 ? 0 : depth + 1; }
+inline uint32_t ChainBytesPlus(uint32_t bytes, size_t span) {
+  return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{bytes} + span, UINT32_MAX));
+}
 
 inline std::string PageName(PageId pid) { return "page " + std::to_string(pid); }
 

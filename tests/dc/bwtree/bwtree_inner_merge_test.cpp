@@ -60,7 +60,36 @@ struct Shrink {
   uint64_t pages_before = 0, pages_after = 0;
   uint32_t height_before = 0, height_after = 0;
   BwTree::Stats stats;
+  // After the shrink, per level (leaves first): pages, and entries of their
+  // bases (records or separators).
+  std::vector<uint64_t> level_pages, level_entries, level_min_entries;
 };
+
+// Pages and base entries per level, from every allocated page's base (the
+// meta page and pages without a base skipped).
+void Census(Llama* l, Shrink* out) {
+  auto g = l->Enter();
+  const llama::MappingTable* table = l->mapping_table();
+  for (PageId pid = 2; pid < table->high_water(); ++pid) {
+    if (llama::MappingTable::IsFree(table->Load(pid))) continue;
+    auto head = l->Read(pid);
+    if (!head.ok() || *head == nullptr) continue;
+    const llama::PageNode* n = *head;
+    while (n != nullptr && n->kind != llama::NodeKind::kBase) n = n->next;
+    if (n == nullptr) continue;
+    auto base = BaseView::Parse(Slice(n->payload(), n->size));
+    if (!base.ok()) continue;
+    const size_t level = base->header().level;
+    if (out->level_pages.size() <= level) {
+      out->level_pages.resize(level + 1);
+      out->level_entries.resize(level + 1);
+      out->level_min_entries.resize(level + 1, UINT64_MAX);
+    }
+    out->level_pages[level]++;
+    out->level_entries[level] += base->count();
+    out->level_min_entries[level] = std::min<uint64_t>(out->level_min_entries[level], base->count());
+  }
+}
 
 // Inserts `n` keys in random order, deletes all but one in `keep_every` in
 // random order, then reads every key twice (reads consolidate the leaves
@@ -107,6 +136,7 @@ Shrink InsertThenDelete(uint64_t seed, uint64_t n, uint64_t keep_every) {
   std::vector<test::Item> items = test::ScanItems(tree.get());
   CHECK(items.size() == (n + keep_every - 1) / keep_every);
   out.pages_after = AllocatedPages(l.get());
+  Census(l.get(), &out);
   out.stats = tree->GetStats();
   out.height_after = out.stats.height;
   return out;
@@ -123,6 +153,14 @@ void Report(const char* what, uint64_t n, const Shrink& s) {
               static_cast<unsigned long long>(s.stats.inner_merges),
               static_cast<unsigned long long>(s.stats.root_collapses),
               static_cast<unsigned long long>(s.stats.pages_freed));
+  std::printf("  after, per level (pages, mean entries):");
+  for (size_t i = 0; i < s.level_pages.size(); ++i) {
+    std::printf(" L%zu %llu (%.1f)", i, static_cast<unsigned long long>(s.level_pages[i]),
+                s.level_pages[i] == 0 ? 0.0
+                                      : static_cast<double>(s.level_entries[i]) /
+                                            static_cast<double>(s.level_pages[i]));
+  }
+  std::printf("\n");
 }
 
 TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwtree][inner_merge]") {
@@ -138,12 +176,20 @@ TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwt
   CHECK(OpenTree(l.get(), TestOptions())->options().inner_merge_entries == 15);
 }
 
-// A fixed seed in CI: with random seeds about one run in ten ends at the
-// height it started from (4400 -> 536 pages, height 5 -> 5, with or without a
-// root collapse): a level the collapse removed grows back, or the root keeps
-// two children, while the deletes run. To be explained; the hidden case below
-// runs random seeds.
-void ShrinkCase(uint64_t seed) {
+// A fixed seed in CI; the hidden case below runs random seeds. Before
+// 2026-11-26 about one random run in ten ended at the height it started from:
+// a small leftmost page had no left neighbour to merge into and stayed small,
+// so a root whose leftmost child was one kept two children (bwtree.md, "Two
+// findings explained"); now the leftmost page takes its right sibling in.
+//
+// Merging is triggered by a small page (at most the threshold), so it keeps a
+// floor on occupancy, not the least height: a root may keep two children that
+// are each above the threshold though together they would fit one page (1
+// seed in 40 here, e.g. 3772620922223318003: two level-3 pages of 5 and 6
+// entries under the root). With `strict` (the fixed seed) the height must
+// shrink; otherwise it must not grow, and when it stays, no page under the
+// root may be small enough to merge (else a merge was missed).
+void ShrinkCase(uint64_t seed, bool strict) {
   const uint64_t n = 40000;
   const Shrink s = InsertThenDelete(seed, n, 20);
   Report("inner merge", n, s);
@@ -151,7 +197,13 @@ void ShrinkCase(uint64_t seed) {
                 << s.height_before << " -> " << s.height_after << ", inner merges "
                 << s.stats.inner_merges << ", root collapses " << s.stats.root_collapses);
   CHECK(s.height_before >= 4);
-  CHECK(s.height_after < s.height_before);
+  if (strict || s.height_after < s.height_before) {
+    CHECK(s.height_after < s.height_before);
+  } else {
+    CHECK(s.height_after == s.height_before);
+    REQUIRE(s.level_min_entries.size() == s.height_after);
+    CHECK(s.level_min_entries[s.height_after - 2] > ShrinkOptions().inner_merge_entries);
+  }
   CHECK(s.pages_after * 5 < s.pages_before);
   CHECK(s.stats.inner_merges > 0);
   CHECK(s.stats.root_collapses > 0);
@@ -159,12 +211,12 @@ void ShrinkCase(uint64_t seed) {
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height",
           "[dc][bwtree][inner_merge]") {
-  ShrinkCase(1);
+  ShrinkCase(1, /*strict=*/true);
 }
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height, random seeds (long)",
           "[.][dc][bwtree][inner_merge]") {
-  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed());
+  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed(), /*strict=*/false);
 }
 
 TEST_CASE("Deleting 95% of a million keys shrinks the page count and the height (long)",

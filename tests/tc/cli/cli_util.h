@@ -63,8 +63,6 @@ class Child {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
-  // The child's process id (-1 once it was stopped or waited for).
-  pid_t pid() const { return pid_; }
   int Wait() {
     int status = 0;
     waitpid(pid_, &status, 0);

@@ -528,6 +528,12 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
   return ready;
 }
 
+Status Dc::CheckTree() {
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  if (tree_ == nullptr) return Status::InvalidArgument("CheckTree: the DC is closed");
+  return tree_->Check();
+}
+
 Status Dc::Close() {
   std::lock_guard<std::mutex> restart(restart_mu_);
   if (closed_) return Status::OK();

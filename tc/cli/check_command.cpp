@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "common/dir_lock.h"
 #include "common/env.h"
+#include "common/logging.h"
 #include "dc/dc.h"
 #include "tc/cli/store_check.h"
 
@@ -90,6 +92,8 @@ void CheckTree(const std::string& dc_dir, const std::string& scratch_root, Check
 }
 
 int RunCheck(const CheckArgs& a) {
+  // The scratch DC's info lines (open, close) would bury the report.
+  if (std::getenv("DEUTERON_LOG") == nullptr) SetLogLevel(LogLevel::kWarn);
   Env* env = Env::Posix();
   const Layout layout = Detect(env, a.dir);
   if (layout.log_dir.empty() && layout.dc_dir.empty()) {

@@ -645,6 +645,16 @@ Result<DcStats> Dc::GetStats() {
   s.flush_bytes = ls.flush_bytes;
   s.lss_bytes_written = ls.lss.written_bytes;
   s.tree_height = tree_->GetStats().height;
+  s.memory_budget = ls.memory_budget;
+  s.node_bytes = ls.node_bytes;
+  s.checkpoints = ls.checkpoints;
+  s.segments_cleaned = ls.segments_cleaned;
+  s.pages_relocated = ls.pages_relocated;
+  s.bytes_relocated = ls.bytes_relocated;
+  s.lss_disk_bytes = ls.lss.live_bytes_on_disk;
+  s.lss_segments = ls.lss.segments_live;
+  s.page_loads = ls.page_loads;
+  s.swap_outs = ls.swap_outs;
   return s;
 }
 

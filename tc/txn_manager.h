@@ -105,6 +105,10 @@ struct TxnStats {
   uint64_t replayed_ops = 0;     // at the last Open or DC recovery
   uint64_t dc_recoveries = 0;    // DC recoveries completed while running
   uint64_t dc_unavailable = 0;   // calls that gave up waiting for the DC
+  // The log, for `deuteron stats`:
+  uint64_t esl = 0, rssp = 0, log_tail = 0;
+  uint64_t log_held_bytes = 0;     // from the durable RSSP's segment start to the tail
+  uint64_t log_bytes_written = 0;
 };
 
 class TxnManager;
@@ -188,6 +192,8 @@ class TxnManager {
 
   uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
   TxnStats stats() const;
+  // The DC's counters (a call to the DC when it is remote), for stats.
+  Result<DcStats> DcStatsNow() const { return dc_->GetStats(); }
   LockManager& locks() { return locks_; }
 
  private:

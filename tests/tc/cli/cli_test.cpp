@@ -5,7 +5,9 @@
 // parsers of tc/cli/cli_options.h are tested directly.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -13,6 +15,7 @@
 #include <catch2/catch.hpp>
 
 #include "tc/cli/cli_options.h"
+#include "tc/client/client.h"
 #include "tests/tc/cli/cli_util.h"
 
 namespace deuteron::test {
@@ -157,6 +160,61 @@ TEST_CASE("deuteron servers: a port in use, a locked directory, an unusable dire
           std::string::npos);
   }
   CHECK(first.Stop(SIGTERM) == 0);
+  fs::remove_all(dir);
+}
+
+// The value of "name": in a flat JSON object (-1 when absent).
+int64_t JsonField(const std::string& json, const std::string& name) {
+  const size_t at = json.find("\"" + name + "\":");
+  if (at == std::string::npos) return -1;
+  return std::stoll(json.substr(at + name.size() + 3));
+}
+
+TEST_CASE("deuteron stats --json against a running TC and DC", "[tc][cli][stats]") {
+  const std::string dir = TempDir();
+  Child server({"serve", "--dir", dir + "/s", "--listen", "127.0.0.1:0"});
+  const std::string address = "127.0.0.1:" + std::to_string(ServingPort(server.ReadLine()));
+  {
+    auto c = client::Client::Connect(address);
+    REQUIRE(c.ok());
+    for (int i = 0; i < 5; ++i) {
+      REQUIRE((*c)->Run([&](client::Transaction& t) { return t.Put("k" + std::to_string(i), "v"); }).ok());
+    }
+    auto t = (*c)->Begin();
+    REQUIRE(t.ok());
+    REQUIRE((*t)->Put("x", "y").ok());
+    (*t)->Abort();
+  }
+  const Outcome o = Run({"stats", "--connect", address, "--json"});
+  INFO(o.output);
+  CHECK(o.status == 0);
+  CHECK(o.output.find("\"kind\":\"tc\"") != std::string::npos);
+  CHECK(JsonField(o.output, "commits") == 5);
+  CHECK(JsonField(o.output, "commit_count") == 5);
+  CHECK(JsonField(o.output, "aborts_by_client") == 1);
+  CHECK(JsonField(o.output, "commit_p99_us") > 0);
+  CHECK(JsonField(o.output, "esl") > 0);
+  CHECK(JsonField(o.output, "ops_applied") == 5);  // the DC's, inside "dc"
+  CHECK(JsonField(o.output, "pages") > 0);
+  const Outcome text = Run({"stats", "--connect", address, "--interval", "10ms"});
+  INFO(text.output);
+  CHECK(text.status == 0);
+  CHECK(text.output.find("commit p50") != std::string::npos);
+  CHECK(text.output.find("space amplification") != std::string::npos);
+  CHECK(server.Stop(SIGTERM) == 0);
+
+  Child dc({"dc", "--dir", dir + "/d", "--listen", "127.0.0.1:0"});
+  const std::string dc_address = "127.0.0.1:" + std::to_string(ServingPort(dc.ReadLine()));
+  const Outcome d = Run({"stats", "--connect", dc_address, "--json", "--watch", "--count", "2", "--interval", "10ms"});
+  INFO(d.output);
+  CHECK(d.status == 0);
+  CHECK(std::count(d.output.begin(), d.output.end(), '\n') == 2);
+  CHECK(d.output.find("\"kind\":\"dc\"") != std::string::npos);
+  CHECK(JsonField(d.output, "tree_height") == 1);
+  CHECK(dc.Stop(SIGTERM) == 0);
+  const Outcome gone = Run({"stats", "--connect", dc_address});
+  CHECK(gone.status == 1);
+  CHECK(std::count(gone.output.begin(), gone.output.end(), '\n') == 1);
   fs::remove_all(dir);
 }
 

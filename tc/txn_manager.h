@@ -37,6 +37,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -93,6 +94,10 @@ struct TxnOptions {
   // restarted or was restarted by someone else while no call reached it
   // (0: never; every fenced call notices anyway).
   std::chrono::milliseconds dc_probe_interval{200};
+  // Called during recovery's replay with the log bytes replayed so far and
+  // the bytes to replay (for a progress line, tc/cli/progress.h); from the
+  // recovering thread, at most once per record. Empty: none.
+  std::function<void(uint64_t done, uint64_t total)> replay_progress;
 };
 
 struct TxnStats {

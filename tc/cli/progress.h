@@ -36,6 +36,7 @@ class Progress {
   void Update(uint64_t done);
   // Adds to the total (work found as it goes).
   void AddTotal(uint64_t more) { total_ += more; }
+  void SetTotal(uint64_t total) { total_ = total; }
   // Prints the final line ("... done in 1.2 s"). Idempotent.
   void Finish();
 

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -16,6 +18,7 @@
 #include "common/env.h"
 #include "common/status.h"
 #include "protocol/remote_dc.h"
+#include "tc/cli/progress.h"
 #include "tc/database.h"
 #include "tc/server/tc_server.h"
 #include "tc/txn_manager.h"
@@ -117,6 +120,36 @@ sigset_t BlockShutdownSignals() {
   return signals;
 }
 
+// A progress line for the replay of Open's recovery. The TxnManager keeps
+// the callback and calls it again from its own thread when it later
+// recovers a DC: those calls, after Finish, do nothing.
+class ReplayProgress {
+ public:
+  explicit ReplayProgress(const char* what) : progress_(std::make_shared<Shared>(what)) {}
+  std::function<void(uint64_t, uint64_t)> callback() const {
+    return [p = progress_](uint64_t done, uint64_t total) {
+      std::lock_guard<std::mutex> l(p->mu);
+      if (p->finished) return;
+      p->line.SetTotal(total);
+      p->line.Update(done);
+    };
+  }
+  void Finish() {
+    std::lock_guard<std::mutex> l(progress_->mu);
+    progress_->finished = true;
+    progress_->line.Finish();
+  }
+
+ private:
+  struct Shared {
+    explicit Shared(const char* what) : line(what, 0, Progress::kBytes) {}
+    std::mutex mu;
+    bool finished = false;  // GUARDED_BY(mu)
+    Progress line;          // GUARDED_BY(mu)
+  };
+  std::shared_ptr<Shared> progress_;
+};
+
 int Closed(const char* name, const Status& s) {
   if (!s.ok()) {
     std::fprintf(stderr, "deuteron %s: close: %s\n", name, s.ToString().c_str());
@@ -134,7 +167,10 @@ int RunServe(Args& a) {
   tc::DatabaseOptions o;
   o.dc.llama.memory_budget = a.budget;
   o.txn.lock_timeout = a.lock_timeout;
+  ReplayProgress progress("serve: replaying the log");
+  o.txn.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::Database>> db = tc::Database::Open(a.dir, o);
+  progress.Finish();
   if (!db.ok()) {
     std::fprintf(stderr, "deuteron serve: open %s: %s\n", a.dir.c_str(), db.status().ToString().c_str());
     return 1;
@@ -167,7 +203,10 @@ int RunTc(Args& a) {
   if (!dc.ok()) return fail("connect to the DC at", dc_where, dc.status());
   tc::TxnOptions to;
   to.lock_timeout = a.lock_timeout;
+  ReplayProgress progress("tc: replaying the log");
+  to.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::TxnManager>> tm = tc::TxnManager::Open(dc->get(), log->get(), to);
+  progress.Finish();
   if (!tm.ok()) return fail("recover against the DC at", dc_where, tm.status());
   const int rc = cmd.Serve(tm->get(), a, signals);
   Status s = (*tm)->Close();

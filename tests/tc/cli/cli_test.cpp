@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <thread>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -15,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include "tc/cli/cli_options.h"
+#include "tc/cli/progress.h"
 #include "tc/client/client.h"
 #include "tests/tc/cli/cli_util.h"
 
@@ -161,6 +164,30 @@ TEST_CASE("deuteron servers: a port in use, a locked directory, an unusable dire
   }
   CHECK(first.Stop(SIGTERM) == 0);
   fs::remove_all(dir);
+}
+
+TEST_CASE("Progress prints plain lines with rate and estimate when not on a terminal", "[tc][cli]") {
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out != nullptr);
+  {
+    cli::Progress p("replay", 200, cli::Progress::kBytes, out, std::chrono::milliseconds(0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    p.Update(100);
+    p.Finish();
+    p.Update(150);  // after Finish: nothing
+  }
+  std::rewind(out);
+  char buf[4096];
+  const size_t n = std::fread(buf, 1, sizeof(buf), out);
+  std::fclose(out);
+  const std::string text(buf, n);
+  INFO(text);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 2);
+  CHECK(text.find("replay: 100 B of 200 B (50%), ") != std::string::npos);
+  CHECK(text.find("B/s, about ") != std::string::npos);
+  CHECK(text.find(" left\n") != std::string::npos);
+  CHECK(text.find("replay: 100 B of 200 B (50%), done in ") != std::string::npos);
+  CHECK(text.find("\r") == std::string::npos);  // no live line off a terminal
 }
 
 // The value of "name": in a flat JSON object (-1 when absent).

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -306,6 +307,36 @@ Result<std::string> LoadSecret(const std::string& path) {
 }
 
 void UsageError(const std::string& reason) { throw CLI::ValidationError(reason); }
+
+Status CheckStoreDir(const std::string& dir, StoreKind want) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return Status::OK();  // made by the server (or its error)
+  auto has = [&dir](const char* name) {
+    std::error_code e;
+    return fs::exists(fs::path(dir) / name, e);
+  };
+  const bool dc_store = has("IDENTITY") || has("lss") || has("dc.meta");
+  const bool tc_store = has("log");
+  const bool serve_store = tc_store && has("dc");
+  if (want == StoreKind::kDc && (tc_store || has("dc"))) {
+    return Status::InvalidArgument(dir + " holds a " + (serve_store ? "`serve`" : "`tc`") +
+                                   " store (log/), not a DC's: `deuteron dc` serves a DC directory (for a serve "
+                                   "store, its dc/)");
+  }
+  if (want != StoreKind::kDc && dc_store) {
+    return Status::InvalidArgument(dir + " holds a `deuteron dc` store (IDENTITY, lss/), not a " +
+                                   (want == StoreKind::kServe ? "`serve`" : "`tc`") + " store");
+  }
+  if (want == StoreKind::kTc && has("dc")) {
+    return Status::InvalidArgument(dir + " holds a `serve` store (log/ and dc/): open it with `deuteron serve`");
+  }
+  if (dc_store || tc_store || has("dc") || has("LOCK")) return Status::OK();
+  if (fs::directory_iterator(dir, ec) != fs::directory_iterator()) {
+    return Status::InvalidArgument(dir + " is not empty and holds no Deuteron store: give an empty or new directory");
+  }
+  return Status::OK();
+}
 
 CLI::Validator Within(uint64_t lo, uint64_t hi) {
   CLI::Validator v = CLI::Range(lo, hi);

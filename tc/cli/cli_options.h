@@ -83,6 +83,14 @@ Result<std::string> LoadSecret(const std::string& path);
 // the range in the option's help text).
 CLI::Validator Within(uint64_t lo, uint64_t hi);
 
+// What a server command may open. A directory that holds another kind of
+// store (a `dc` store for serve or tc, a serve or tc store for dc), or that is
+// not empty and holds no store at all, is refused (InvalidArgument, saying
+// what it holds) rather than having a store made inside it. A directory that
+// does not exist, or is empty, is fine (the server creates the store).
+enum class StoreKind { kServe, kTc, kDc };
+Status CheckStoreDir(const std::string& dir, StoreKind want);
+
 // For checks across options after parsing, inside a subcommand's callback:
 // throws the CLI11 error that ParseAndRun reports as bad usage.
 [[noreturn]] void UsageError(const std::string& reason);

@@ -146,6 +146,10 @@ int RunDc(const DcArgs& a) {
     return 1;
   }
   const std::string secret = std::move(secret_read).value();
+  if (Status s = CheckStoreDir(dir, StoreKind::kDc); !s.ok()) {
+    std::fprintf(stderr, "deuteron dc: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
 
   // Block the shutdown signals in every thread (threads inherit the mask);
   // the main thread takes them with sigwait once the server runs.

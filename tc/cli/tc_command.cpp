@@ -163,6 +163,10 @@ int Closed(const char* name, const Status& s) {
 int RunServe(Args& a) {
   const Command cmd("serve");
   if (!cmd.LoadSecretInto(&a)) return 1;
+  if (Status s = CheckStoreDir(a.dir, StoreKind::kServe); !s.ok()) {
+    std::fprintf(stderr, "deuteron serve: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   const sigset_t signals = BlockShutdownSignals();
   tc::DatabaseOptions o;
   o.dc.llama.memory_budget = a.budget;
@@ -183,6 +187,10 @@ int RunServe(Args& a) {
 int RunTc(Args& a) {
   const Command cmd("tc");
   if (!cmd.LoadSecretInto(&a)) return 1;
+  if (Status s = CheckStoreDir(a.dir, StoreKind::kTc); !s.ok()) {
+    std::fprintf(stderr, "deuteron tc: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   const sigset_t signals = BlockShutdownSignals();
   Env* env = Env::Posix();
   auto fail = [](const char* what, const std::string& where, const Status& s) {

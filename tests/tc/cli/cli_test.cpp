@@ -116,7 +116,7 @@ TEST_CASE("deuteron: sizes and durations take units", "[tc][cli]") {
   CHECK_FALSE(cli::ParseHostPort("host:7400x").ok());
 }
 
-TEST_CASE("deuteron servers: a port in use, a locked directory, an unusable directory, an unreachable DC",
+TEST_CASE("deuteron servers: a port in use, a locked directory, an unusable directory, an unreachable DC, another format",
           "[tc][cli]") {
   const std::string dir = TempDir();
   Child first({"serve", "--dir", dir + "/one", "--listen", "127.0.0.1:0"});
@@ -163,6 +163,36 @@ TEST_CASE("deuteron servers: a port in use, a locked directory, an unusable dire
           std::string::npos);
   }
   CHECK(first.Stop(SIGTERM) == 0);
+  // A directory of another kind of store, or of something else.
+  {
+    const Outcome o = Run({"dc", "--dir", dir + "/one", "--listen", "127.0.0.1:0"});
+    INFO(o.output);
+    CHECK(o.status == 1);
+    CHECK(o.output.find("holds a `serve` store") != std::string::npos);
+  }
+  {
+    const Outcome o = Run({"serve", "--dir", dir + "/one/dc", "--listen", "127.0.0.1:0"});
+    INFO(o.output);
+    CHECK(o.status == 1);
+    CHECK(o.output.find("holds a `deuteron dc` store") != std::string::npos);
+  }
+  {
+    const Outcome o = Run({"tc", "--dir", dir + "/one", "--dc", "127.0.0.1:1"});
+    INFO(o.output);
+    CHECK(o.status == 1);
+    CHECK(o.output.find("open it with `deuteron serve`") != std::string::npos);
+  }
+  {
+    fs::create_directories(dir + "/photos");
+    std::FILE* f = std::fopen((dir + "/photos/cat.jpg").c_str(), "w");
+    REQUIRE(f != nullptr);
+    std::fclose(f);
+    const Outcome o = Run({"serve", "--dir", dir + "/photos", "--listen", "127.0.0.1:0"});
+    INFO(o.output);
+    CHECK(o.status == 1);
+    CHECK(o.output.find("is not empty and holds no Deuteron store") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir + "/photos/log"));
+  }
   fs::remove_all(dir);
 }
 

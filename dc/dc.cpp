@@ -575,6 +575,12 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
   return ready;
 }
 
+Status Dc::CheckTree() {
+  std::unique_lock<std::shared_mutex> gate(gate_);
+  if (tree_ == nullptr) return Status::InvalidArgument("CheckTree: the DC is closed");
+  return tree_->Check();
+}
+
 Status Dc::Close() {
   std::lock_guard<std::mutex> restart(restart_mu_);
   if (closed_) return Status::OK();
@@ -686,6 +692,16 @@ Result<DcStats> Dc::GetStats() {
   s.flush_bytes = ls.flush_bytes;
   s.lss_bytes_written = ls.lss.written_bytes;
   s.tree_height = tree_->GetStats().height;
+  s.memory_budget = ls.memory_budget;
+  s.node_bytes = ls.node_bytes;
+  s.checkpoints = ls.checkpoints;
+  s.segments_cleaned = ls.segments_cleaned;
+  s.pages_relocated = ls.pages_relocated;
+  s.bytes_relocated = ls.bytes_relocated;
+  s.lss_disk_bytes = ls.lss.live_bytes_on_disk;
+  s.lss_segments = ls.lss.segments_live;
+  s.page_loads = ls.page_loads;
+  s.swap_outs = ls.swap_outs;
   return s;
 }
 

@@ -219,6 +219,11 @@ class Dc final : public DataComponent {
   // Test hook: the tree (null while restarting or closed). REQUIRES: no
   // concurrent RestartTo or Close.
   bwtree::BwTree* TEST_tree() { return tree_.get(); }
+
+  // The Bw-tree's structural check (bwtree::BwTree::Check), for offline
+  // tools (`deuteron check` runs it on a copy of a stopped store).
+  // REQUIRES: no Apply, RestartTo or ProposeRssp concurrently.
+  Status CheckTree();
   // Test hook: RestartTo calls `hook` while the DC is kRestarting with the
   // cache dropped (before it reopens). REQUIRES: set before any RestartTo.
   void TEST_SetRestartHook(std::function<void()> hook) { restart_hook_ = std::move(hook); }

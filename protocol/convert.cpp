@@ -289,6 +289,16 @@ DcStats ToWire(const ::deuteron::DcStats& r) {
   w.__set_flush_bytes(Counter(r.flush_bytes));
   w.__set_lss_bytes_written(Counter(r.lss_bytes_written));
   w.__set_tree_height(static_cast<int32_t>(r.tree_height));
+  w.__set_memory_budget(Counter(r.memory_budget));
+  w.__set_node_bytes(Counter(r.node_bytes));
+  w.__set_checkpoints(Counter(r.checkpoints));
+  w.__set_segments_cleaned(Counter(r.segments_cleaned));
+  w.__set_pages_relocated(Counter(r.pages_relocated));
+  w.__set_bytes_relocated(Counter(r.bytes_relocated));
+  w.__set_lss_disk_bytes(Counter(r.lss_disk_bytes));
+  w.__set_lss_segments(Counter(r.lss_segments));
+  w.__set_page_loads(Counter(r.page_loads));
+  w.__set_swap_outs(Counter(r.swap_outs));
   return w;
 }
 
@@ -311,6 +321,16 @@ DcStats ToWire(const ::deuteron::DcStats& r) {
   r.flush_bytes = Counter(w.flush_bytes);
   r.lss_bytes_written = Counter(w.lss_bytes_written);
   r.tree_height = static_cast<uint32_t>(w.tree_height);
+  r.memory_budget = w.__isset.memory_budget ? Counter(w.memory_budget) : 0;
+  r.node_bytes = w.__isset.node_bytes ? Counter(w.node_bytes) : 0;
+  r.checkpoints = w.__isset.checkpoints ? Counter(w.checkpoints) : 0;
+  r.segments_cleaned = w.__isset.segments_cleaned ? Counter(w.segments_cleaned) : 0;
+  r.pages_relocated = w.__isset.pages_relocated ? Counter(w.pages_relocated) : 0;
+  r.bytes_relocated = w.__isset.bytes_relocated ? Counter(w.bytes_relocated) : 0;
+  r.lss_disk_bytes = w.__isset.lss_disk_bytes ? Counter(w.lss_disk_bytes) : 0;
+  r.lss_segments = w.__isset.lss_segments ? Counter(w.lss_segments) : 0;
+  r.page_loads = w.__isset.page_loads ? Counter(w.page_loads) : 0;
+  r.swap_outs = w.__isset.swap_outs ? Counter(w.swap_outs) : 0;
   return r;
 }
 

@@ -156,6 +156,17 @@ struct DcStats {
   uint64_t flush_bytes = 0;
   uint64_t lss_bytes_written = 0;
   uint32_t tree_height = 0;
+  // For `deuteron stats` (0 from a server that does not send them).
+  uint64_t memory_budget = 0;    // the cache's budget (0: none)
+  uint64_t node_bytes = 0;       // page nodes in memory
+  uint64_t checkpoints = 0;
+  uint64_t segments_cleaned = 0;
+  uint64_t pages_relocated = 0;
+  uint64_t bytes_relocated = 0;
+  uint64_t lss_disk_bytes = 0;   // LSS segment files held
+  uint64_t lss_segments = 0;
+  uint64_t page_loads = 0;
+  uint64_t swap_outs = 0;
 };
 
 class DataComponent {

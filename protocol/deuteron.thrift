@@ -163,6 +163,17 @@ struct DcStats {
   15: i64 flush_bytes,
   16: i64 lss_bytes_written,
   17: i32 tree_height,
+  // Appended for `deuteron stats` (absent from older servers).
+  18: optional i64 memory_budget,     // the cache's budget (0: none)
+  19: optional i64 node_bytes,        // page nodes in memory
+  20: optional i64 checkpoints,
+  21: optional i64 segments_cleaned,
+  22: optional i64 pages_relocated,
+  23: optional i64 bytes_relocated,
+  24: optional i64 lss_disk_bytes,    // LSS segment files held
+  25: optional i64 lss_segments,      // LSS segment files held
+  26: optional i64 page_loads,        // pages (or parts) read back from the LSS
+  27: optional i64 swap_outs,         // pages that left memory entirely
 }
 
 service DataComponentService {
@@ -252,6 +263,38 @@ struct ExecuteResult {
   1: list<TcOpResult> results,
 }
 
+// What `deuteron stats` shows of a TC server. Counts are since the server
+// started; latencies are of commit and execute calls, in microseconds.
+struct TcStats {
+  1: i64 commits,             // write transactions committed
+  2: i64 read_only_commits,
+  3: i64 aborts,              // all aborts the TC counted
+  // Aborts by cause, of this server's transactions:
+  4: i64 aborts_deadlock,     // a lock wait closed a cycle
+  5: i64 aborts_lock_timeout, // a lock wait timed out
+  6: i64 aborts_by_client,    // abort called
+  7: i64 aborts_disconnect,   // the connection closed with it open
+  8: i64 aborts_other,        // a failed commit, execute or other error
+  9: i64 commit_count,        // commit and execute calls timed
+  10: i64 commit_p50_us,
+  11: i64 commit_p90_us,
+  12: i64 commit_p99_us,
+  13: i64 commit_max_us,
+  14: i64 esl,                // the log's end of stable log
+  15: i64 rssp,               // the log's durable RSSP
+  16: i64 log_tail,           // where the next record goes
+  17: i64 log_held_bytes,     // from the RSSP's segment start to the tail
+  18: i64 log_bytes_written,
+  19: i64 checkpoints,        // RSSPs made durable
+  20: i64 replayed_ops,       // at the last recovery
+  21: i64 dc_recoveries,
+  22: i64 open_transactions,
+  23: i64 connections,
+  24: i64 uptime_ms,
+  25: optional DcStats dc,    // the DC's, when it answered
+  26: optional string dc_error, // why not, when it did not
+}
+
 service TransactionService {
   // Returns the new transaction's id (nonzero).
   i64 beginTransaction() throws (1: DeuteronError error),
@@ -271,4 +314,8 @@ service TransactionService {
   // Presents the shared secret; answered by the server layer itself
   // (protocol/protocol.md, "Authentication"). Last, as in every served service.
   void authenticate(1: binary token) throws (1: DeuteronError error),
+  // A snapshot of the server's counters for `deuteron stats`
+  // (protocol/protocol.md, "The TC service"). Appended after authenticate;
+  // named tcStats so that it never matches the DC service's `stats`.
+  TcStats tcStats() throws (1: DeuteronError error),
 }

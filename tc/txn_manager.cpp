@@ -507,6 +507,13 @@ TxnStats TxnManager::stats() const {
   s.dc_unavailable = dc_unavailable_.load(std::memory_order_relaxed);
   s.early_releases = early_releases_.load(std::memory_order_relaxed);
   s.read_only_waits = read_only_waits_.load(std::memory_order_relaxed);
+  s.esl = log_->Esl();
+  s.rssp = log_->DurableRssp();
+  s.log_tail = log_->Tail();
+  const uint64_t segment = log_->options().segment_size;
+  const uint64_t held_from = s.rssp / segment * segment;
+  s.log_held_bytes = s.log_tail > held_from ? s.log_tail - held_from : 0;
+  s.log_bytes_written = log_->GetStats().bytes_written;
   return s;
 }
 

@@ -42,6 +42,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,10 @@ struct TxnOptions {
   // that read such data is acknowledged only once the log made it durable.
   // Off: locks are held until the commit record is durable.
   bool early_lock_release = true;
+  // Called during recovery's replay with the log bytes replayed so far and
+  // the bytes to replay (for a progress line, tc/cli/progress.h); from the
+  // recovering thread, at most once per record. Empty: none.
+  std::function<void(uint64_t done, uint64_t total)> replay_progress;
 };
 
 struct TxnStats {
@@ -120,6 +125,10 @@ struct TxnStats {
   // Read-only commits that waited for the durability of data they read
   // (released early by its writer).
   uint64_t read_only_waits = 0;
+  // The log, for `deuteron stats`:
+  uint64_t esl = 0, rssp = 0, log_tail = 0;
+  uint64_t log_held_bytes = 0;     // from the durable RSSP's segment start to the tail
+  uint64_t log_bytes_written = 0;
 };
 
 class TxnManager;
@@ -215,6 +224,8 @@ class TxnManager {
   // time: readers always track the early-released data they read.
   void SetEarlyLockRelease(bool on) { early_lock_release_.store(on, std::memory_order_relaxed); }
   TxnStats stats() const;
+  // The DC's counters (a call to the DC when it is remote), for stats.
+  Result<DcStats> DcStatsNow() const { return dc_->GetStats(); }
   LockManager& locks() { return locks_; }
 
  private:

@@ -78,6 +78,7 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
     // The reader stops at the ESL as of NewReader; records past `end` (made
     // durable since) are not this recovery's: their commits apply them.
     if (!*more || rec.end > end) break;
+    if (options_.replay_progress) options_.replay_progress(rec.end - std::min(from, end), end - std::min(from, end));
     payloads.push_back(rec.payload.ToString());
     if (Status s = DecodeCommitRecord(payloads.back(), rec.lsn, &ops); !s.ok()) {
       return s.WithContext("TC recovery: record at LSN " + std::to_string(rec.lsn));

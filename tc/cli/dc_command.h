@@ -7,10 +7,12 @@
 // Thread safety: called once, from main().
 #pragma once
 
+#include "tc/cli/cli_options.h"
+
 namespace deuteron::cli {
 
-// argv[0] is "dc". Returns the process exit status: 0 after a clean
-// shutdown, 1 on a runtime error (printed), 2 on bad usage.
-int RunDcCommand(int argc, char** argv);
+// Registers the `dc` subcommand (tc/cli/main.cpp has the pattern). Its run
+// returns 0 after a clean shutdown, 1 on a runtime error (printed).
+void AddDcCommand(CLI::App& app, Runner& runner);
 
 }  // namespace deuteron::cli

@@ -53,7 +53,7 @@ struct Options {
   std::string dir;  // empty: a fresh one under $TMPDIR, removed after a pass
   bool keep = false;
   // The TC's checkpoint interval: short, so the crash finds an RSSP.
-  uint64_t checkpoint_ms = 5000;
+  std::chrono::milliseconds checkpoint_interval{5000};
 };
 
 double SecondsSince(Clock::time_point t) {
@@ -205,7 +205,7 @@ Status Demo::StartTc() {
   Result<std::unique_ptr<ServerProcess>> p = ServerProcess::Start(
       self_,
       {"tc", "--dir", dir_ + "/tc", "--dc", "127.0.0.1:" + std::to_string(dc_port_), "--listen",
-       "127.0.0.1:0", "--checkpoint-interval-ms", std::to_string(o_.checkpoint_ms)},
+       "127.0.0.1:0", "--checkpoint-interval-ms", std::to_string(o_.checkpoint_interval.count())},
       dir_ + "/tc.log");
   if (!p.ok()) return p.status();
   tc_ = std::move(p).value();
@@ -539,34 +539,37 @@ int Demo::Run() {
 
 }  // namespace
 
-int DemoMain(int argc, char** argv) {
-  CLI::App app(kDescription, "deuteron demo");
-  Options o;
-  app.add_option("--seconds", o.seconds, "seconds of transfers before the crash (default 20)")
-      ->check(CLI::Range(0.5, 3600.0));
-  app.add_option("--accounts", o.accounts, "bank accounts (default 10000)")
-      ->check(CLI::Range(2u, 1000000u));
-  app.add_option("--threads", o.threads, "client threads (default 4)")->check(CLI::Range(1u, 64u));
-  app.add_option("--dir", o.dir, "a new or empty directory to use and keep (default: a fresh "
-                                 "temporary one, removed when the verification passes)");
-  app.add_option("--checkpoint-interval-ms", o.checkpoint_ms,
-                 "the TC's checkpoint interval (default 5000)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
-  app.add_flag("--keep", o.keep, "keep the temporary directory (the servers' logs and data)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "deuteron demo: %s (see deuteron demo --help)\n", e.what());
-    return 2;
-  }
-  // The servers log to their files; this process's library lines and
-  // Thrift's complaints about the killed servers would only clutter.
-  if (std::getenv("DEUTERON_LOG") == nullptr) SetLogLevel(LogLevel::kWarn);
-  apache::thrift::GlobalOutput.setOutputFunction([](const char*) {});
-  Demo demo(std::move(o));
-  return demo.Run();
+void AddDemoCommand(CLI::App& app, Runner& runner) {
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("demo", kDescription);
+  cmd->add_option("--seconds", o->seconds, "seconds of transfers before the crash (0.5 to 3600)")
+      ->check(CLI::Range(0.5, 3600.0).description(""))
+      ->type_name("S");
+  cmd->add_option("--accounts", o->accounts, "bank accounts (2 to 1000000)")
+      ->check(Within(2, 1000000))
+      ->type_name("N");
+  cmd->add_option("--threads", o->threads, "client threads (1 to 64)")->check(Within(1, 64))->type_name("N");
+  cmd->add_option("--dir", o->dir,
+                  "a new or empty directory to use and keep (default: a fresh temporary one, removed "
+                  "when the verification passes)")
+      ->type_name("DIR");
+  AddDurationOption(cmd, "--checkpoint-interval,--checkpoint-interval-ms", &o->checkpoint_interval,
+                    std::chrono::milliseconds(1),
+                    "the TC's checkpoint interval, 1ms to 1d (bare number: milliseconds)");
+  cmd->add_flag("--keep", o->keep, "keep the temporary directory (the servers' logs and data)");
+  cmd->callback([o, &runner] {
+    if (o->checkpoint_interval.count() <= 0 || o->checkpoint_interval > std::chrono::hours(24)) {
+      UsageError("--checkpoint-interval takes 1ms to 1d");
+    }
+    runner.Set([o] {
+      // The servers log to their files; this process's library lines and
+      // Thrift's complaints about the killed servers would only clutter.
+      if (std::getenv("DEUTERON_LOG") == nullptr) SetLogLevel(LogLevel::kWarn);
+      apache::thrift::GlobalOutput.setOutputFunction([](const char*) {});
+      Demo demo(*o);
+      return demo.Run();
+    });
+  });
 }
 
 }  // namespace deuteron::cli

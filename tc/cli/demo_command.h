@@ -17,10 +17,13 @@
 // Thread safety: called once, from main().
 #pragma once
 
+#include "tc/cli/cli_options.h"
+
 namespace deuteron::cli {
 
-// argv[0] is "demo". Returns 0 only when the verification holds; 1 when it
-// fails or the demo could not run; 2 on bad usage.
-int DemoMain(int argc, char** argv);
+// Adds `demo` to the program (tc/cli/main.cpp's pattern). Its exit status:
+// 0 only when the verification holds; 1 when it fails or the demo could not
+// run; 2 on bad usage.
+void AddDemoCommand(CLI::App& app, Runner& runner);
 
 }  // namespace deuteron::cli

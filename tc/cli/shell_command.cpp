@@ -14,6 +14,7 @@
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "tc/cli/cli_options.h"
 #include "tc/cli/shell.h"
 #include "tc/client/client.h"
 
@@ -26,19 +27,6 @@ constexpr const char* kDescription =
     "abort, stats, help. Outside a transaction each command commits at once.\n"
     "With a script on standard input it runs each line and prints only results\n"
     "(exit status 1 if any command failed).";
-
-// The whole file, less one trailing newline.
-bool ReadSecret(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  char buf[4096];
-  size_t n = 0;
-  out->clear();
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
-  std::fclose(f);
-  if (!out->empty() && out->back() == '\n') out->pop_back();
-  return !out->empty();
-}
 
 std::string HistoryPath() {
   if (const char* p = std::getenv("DEUTERON_HISTORY"); p != nullptr) return p;
@@ -96,43 +84,24 @@ int Script(Shell* shell) {
   return failed ? 1 : 0;
 }
 
-}  // namespace
-
-int ShellMain(int argc, char** argv) {
-  CLI::App app(kDescription, "deuteron shell");
+struct ShellArgs {
   std::string address, dir, secret_file;
-  auto* connect = app.add_option("--connect", address, "the TC server's HOST:PORT");
-  auto* dir_opt = app.add_option("--dir", dir, "an embedded store's directory (created if absent)");
-  connect->excludes(dir_opt);
-  app.add_option("--secret-file", secret_file,
-                 "the server's shared secret (else $DEUTERON_SECRET)")
-      ->check(CLI::ExistingFile);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "deuteron shell: %s (see deuteron shell --help)\n", e.what());
-    return 2;
-  }
-  if (address.empty() == dir.empty()) {
-    std::fprintf(stderr,
-                 "deuteron shell: give --connect HOST:PORT or --dir DIR (see deuteron shell --help)\n");
-    return 2;
-  }
+};
 
+int RunShell(const ShellArgs& a) {
+  const std::string& address = a.address;
+  const std::string& dir = a.dir;
   // Thrift's own lines about refused connections would repeat our errors.
   apache::thrift::GlobalOutput.setOutputFunction([](const char*) {});
   std::string where;
   client::RemoteOptions remote;
   if (!address.empty()) {
-    if (!secret_file.empty() && !ReadSecret(secret_file, &remote.secret)) {
-      std::fprintf(stderr, "deuteron shell: --secret-file %s: no secret in it\n", secret_file.c_str());
+    Result<std::string> secret = LoadSecret(a.secret_file);
+    if (!secret.ok()) {
+      std::fprintf(stderr, "deuteron shell: %s\n", secret.status().ToString().c_str());
       return 2;
     }
-    if (remote.secret.empty()) {
-      if (const char* env = std::getenv("DEUTERON_SECRET"); env != nullptr) remote.secret = env;
-    }
+    remote.secret = std::move(secret).value();
     where = "connected to " + address;
   } else {
     where = "opened " + dir + " (embedded)";
@@ -158,6 +127,24 @@ int ShellMain(int argc, char** argv) {
     return 1;
   }
   return rc;
+}
+
+}  // namespace
+
+void AddShellCommand(CLI::App& app, Runner& runner) {
+  auto a = std::make_shared<ShellArgs>();
+  CLI::App* cmd = app.add_subcommand("shell", kDescription);
+  auto* connect = cmd->add_option("--connect", a->address, "the TC server's HOST:PORT")->type_name("HOST:PORT");
+  auto* dir_opt =
+      cmd->add_option("--dir", a->dir, "an embedded store's directory (created if absent)")->type_name("DIR");
+  connect->excludes(dir_opt);
+  cmd->add_option("--secret-file", a->secret_file, "the server's shared secret (else $DEUTERON_SECRET)")
+      ->check(CLI::ExistingFile)
+      ->type_name("PATH");
+  cmd->callback([a, &runner] {
+    if (a->address.empty() == a->dir.empty()) UsageError("give --connect HOST:PORT or --dir DIR");
+    runner.Set([a] { return RunShell(*a); });
+  });
 }
 
 }  // namespace deuteron::cli

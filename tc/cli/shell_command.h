@@ -11,10 +11,13 @@
 // Thread safety: called once, from main().
 #pragma once
 
+#include "tc/cli/cli_options.h"
+
 namespace deuteron::cli {
 
-// argv[0] is "shell". Returns the process exit status: 0, 1 (could not
-// connect or open; or, reading a script, a command failed), 2 (bad usage).
-int ShellMain(int argc, char** argv);
+// Adds `shell` to the program (tc/cli/main.cpp's pattern). Its exit status:
+// 0, 1 (could not connect or open; or, reading a script, a command failed),
+// 2 (bad usage).
+void AddShellCommand(CLI::App& app, Runner& runner);
 
 }  // namespace deuteron::cli

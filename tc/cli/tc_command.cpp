@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -16,6 +18,7 @@
 #include "common/env.h"
 #include "common/status.h"
 #include "protocol/remote_dc.h"
+#include "tc/cli/progress.h"
 #include "tc/database.h"
 #include "tc/server/tc_server.h"
 #include "tc/txn_manager.h"
@@ -24,169 +27,80 @@
 namespace deuteron::cli {
 namespace {
 
-constexpr const char* kServeUsage =
-    "usage: deuteron serve --dir DIR [--listen HOST:PORT] [--memory-budget BYTES]\n"
-    "                      [--max-connections N] [--idle-timeout-s S] [--lock-timeout-ms MS]\n"
-    "\n"
-    "Runs the transactional store in one process: opens (and recovers) the TC and\n"
-    "DC in DIR, then serves the TC protocol (Thrift, framed binary) on HOST:PORT,\n"
-    "for clients such as the C++ client library (Client::Connect).\n"
-    "Ctrl-C or SIGTERM shuts it down cleanly.\n";
-
-constexpr const char* kTcUsage =
-    "usage: deuteron tc --dir DIR --dc HOST:PORT [--listen HOST:PORT]\n"
-    "                   [--max-connections N] [--idle-timeout-s S] [--lock-timeout-ms MS]\n"
-    "\n"
-    "Runs a transactional component whose data component is a `deuteron dc`\n"
-    "server at --dc: keeps its log in DIR, recovers (restarting the DC to the\n"
-    "log's end and replaying), then serves the TC protocol on HOST:PORT.\n"
-    "Ctrl-C or SIGTERM shuts it down cleanly.\n";
-
-constexpr const char* kCommonOptions =
-    "\n"
-    "options:\n"
-    "  --dir DIR            data directory (created if absent)\n"
-    "  --listen HOST:PORT   address to serve on (default 127.0.0.1:7400;\n"
-    "                       port 0 picks a free port, printed at start)\n"
-    "  --max-connections N  connections served at once (default 256)\n"
-    "  --idle-timeout-s S   close connections idle this long, aborting their\n"
-    "                       transactions (default 600)\n"
-    "  --lock-timeout-ms MS a lock wait longer than this fails TimedOut (default 10000)\n"
-    "  --checkpoint-interval-ms MS  checkpoint (advance the RSSP) at least this often\n"
-    "                       while the log grows (default 60000)\n"
-    "  --secret-file PATH   the shared secret every client (and, for tc, the DC server)\n"
-    "                       must present; else $DEUTERON_SECRET. Required to listen on\n"
-    "                       an address other than loopback\n"
-    "  --help               show this help and exit\n";
-
-constexpr const char* kServeOptions = "  --memory-budget B    the DC's cache budget in bytes (default 0: none)\n";
-constexpr const char* kTcOptions = "  --dc HOST:PORT       the `deuteron dc` server (required)\n";
-
 struct Args {
   std::string dir;
-  std::string host = "127.0.0.1";
-  uint64_t port = 7400;
-  std::string dc_host;
-  uint64_t dc_port = 0;
-  uint64_t budget = 0, max_connections = 256, idle_s = 600, lock_timeout_ms = 10000;
-  uint64_t checkpoint_ms = 60000;
-  std::string secret;
+  HostPort listen{"127.0.0.1", 7400};
+  HostPort dc;
+  uint64_t budget = 0, max_connections = 256;
+  std::chrono::milliseconds idle_timeout{600'000};
+  std::chrono::milliseconds lock_timeout{10'000};
+  std::chrono::milliseconds checkpoint_interval{60'000};
+  std::string secret_file;
+  std::string secret;  // loaded at run time
 };
 
-// The whole file, less one trailing newline.
-bool ReadSecret(const std::string& path, std::string* out) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return false;
-  char buf[4096];
-  size_t n = 0;
-  out->clear();
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) out->append(buf, n);
-  std::fclose(f);
-  if (!out->empty() && out->back() == '\n') out->pop_back();
-  if (!out->empty() && out->back() == '\r') out->pop_back();
-  return !out->empty();
+// The options `serve` and `tc` share.
+void AddCommonOptions(CLI::App* cmd, Args* a) {
+  cmd->add_option("--dir", a->dir, "data directory (created if absent)")->required()->type_name("DIR");
+  AddAddressOption(cmd, "--listen", &a->listen, "address to serve on; port 0 picks a free port, printed at start");
+  cmd->add_option("--max-connections", a->max_connections, "connections served at once")
+      ->check(Within(1, uint64_t{1} << 20))->type_name("N");
+  AddDurationOption(cmd, "--idle-timeout,--idle-timeout-s", &a->idle_timeout, std::chrono::seconds(1),
+                    "close connections idle this long, aborting their transactions (bare number: seconds)");
+  AddDurationOption(cmd, "--lock-timeout,--lock-timeout-ms", &a->lock_timeout, std::chrono::milliseconds(1),
+                    "a lock wait longer than this fails TIMED_OUT, 1ms to 1h (bare number: milliseconds)");
+  AddDurationOption(cmd, "--checkpoint-interval,--checkpoint-interval-ms", &a->checkpoint_interval,
+                    std::chrono::milliseconds(1),
+                    "checkpoint (advance the RSSP) at least this often while the log grows, 1ms to 1d "
+                    "(bare number: milliseconds)");
+  cmd->add_option("--secret-file", a->secret_file,
+                  "the shared secret every client (and, for tc, the DC server) must present; else "
+                  "$DEUTERON_SECRET. Required to listen on an address other than loopback")
+      ->type_name("PATH");
 }
 
-bool ParseU64(std::string_view s, uint64_t* out) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && end == s.data() + s.size();
-}
-
-bool ParseHostPort(std::string_view value, std::string* host, uint64_t* port) {
-  const size_t colon = value.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || !ParseU64(value.substr(colon + 1), port) ||
-      *port > 65535) {
-    return false;
+void CheckCommon(const Args& a) {
+  if (a.idle_timeout.count() <= 0 || a.idle_timeout > std::chrono::hours(24 * 365)) {
+    UsageError("--idle-timeout takes 1ms to 365d");
   }
-  *host = value.substr(0, colon);
-  return true;
+  if (a.lock_timeout.count() <= 0 || a.lock_timeout > std::chrono::hours(1)) {
+    UsageError("--lock-timeout takes 1ms to 1h");
+  }
+  if (a.checkpoint_interval.count() <= 0 || a.checkpoint_interval > std::chrono::hours(24)) {
+    UsageError("--checkpoint-interval takes 1ms to 1d");
+  }
 }
 
 class Command {
  public:
-  Command(const char* name, bool serve) : name_(name), serve_(serve) {}
+  explicit Command(const char* name) : name_(name) {}
 
-  void PrintUsage(FILE* out) const {
-    std::fputs(serve_ ? kServeUsage : kTcUsage, out);
-    std::fputs(kCommonOptions, out);
-    std::fputs(serve_ ? kServeOptions : kTcOptions, out);
-  }
-
-  int Usage(const std::string& problem) const {
-    std::fprintf(stderr, "deuteron %s: %s\n\n", name_, problem.c_str());
-    PrintUsage(stderr);
-    return 2;
-  }
-
-  // 0: parsed; -1: --help printed; otherwise the exit status.
-  int Parse(int argc, char** argv, Args* a) const {
-    for (int i = 1; i < argc; ++i) {
-      const std::string_view arg = argv[i];
-      if (arg == "--help" || arg == "-h") {
-        PrintUsage(stdout);
-        return -1;
-      }
-      if (i + 1 >= argc) return Usage("missing value for " + std::string(arg));
-      const std::string_view value = argv[++i];
-      if (arg == "--dir") {
-        a->dir = value;
-      } else if (arg == "--listen") {
-        if (!ParseHostPort(value, &a->host, &a->port)) return Usage("--listen takes HOST:PORT");
-      } else if (arg == "--dc" && !serve_) {
-        if (!ParseHostPort(value, &a->dc_host, &a->dc_port) || a->dc_port == 0) {
-          return Usage("--dc takes HOST:PORT");
-        }
-      } else if (arg == "--memory-budget" && serve_) {
-        if (!ParseU64(value, &a->budget)) return Usage("--memory-budget takes a byte count");
-      } else if (arg == "--max-connections") {
-        if (!ParseU64(value, &a->max_connections) || a->max_connections == 0) {
-          return Usage("--max-connections takes a positive count");
-        }
-      } else if (arg == "--idle-timeout-s") {
-        if (!ParseU64(value, &a->idle_s) || a->idle_s == 0 || a->idle_s > 86400 * 365) {
-          return Usage("--idle-timeout-s takes a positive number of seconds");
-        }
-      } else if (arg == "--lock-timeout-ms") {
-        if (!ParseU64(value, &a->lock_timeout_ms) || a->lock_timeout_ms == 0 ||
-            a->lock_timeout_ms > 3600000) {
-          return Usage("--lock-timeout-ms takes milliseconds, 1 to 3600000");
-        }
-      } else if (arg == "--checkpoint-interval-ms") {
-        if (!ParseU64(value, &a->checkpoint_ms) || a->checkpoint_ms == 0 ||
-            a->checkpoint_ms > 86400000) {
-          return Usage("--checkpoint-interval-ms takes milliseconds, 1 to 86400000");
-        }
-      } else if (arg == "--secret-file") {
-        if (!ReadSecret(std::string(value), &a->secret)) {
-          return Usage("--secret-file: cannot read a nonempty secret from " + std::string(value));
-        }
-      } else {
-        return Usage("unknown option " + std::string(arg));
-      }
+  // Loads the secret; false (printed) when it cannot.
+  bool LoadSecretInto(Args* a) const {
+    Result<std::string> s = LoadSecret(a->secret_file);
+    if (!s.ok()) {
+      std::fprintf(stderr, "deuteron %s: %s\n", name_, std::string(s.status().message()).c_str());
+      return false;
     }
-    if (a->secret.empty()) {
-      if (const char* env = std::getenv("DEUTERON_SECRET"); env != nullptr) a->secret = env;
-    }
-    if (a->dir.empty()) return Usage("--dir is required");
-    if (!serve_ && a->dc_port == 0) return Usage("--dc is required");
-    return 0;
+    a->secret = std::move(s).value();
+    return true;
   }
 
   // Serves `tm` until SIGINT or SIGTERM; the server is stopped on return.
   int Serve(tc::TxnManager* tm, const Args& a, const sigset_t& signals) const {
     tc::TcServerOptions so;
-    so.host = a.host;
-    so.port = static_cast<uint16_t>(a.port);
+    so.host = a.listen.host;
+    so.port = a.listen.port;
     so.max_connections = a.max_connections;
-    so.idle_timeout = std::chrono::seconds(a.idle_s);
+    so.idle_timeout = a.idle_timeout;
     so.shared_secret = a.secret;
     tc::TcServer server(tm, so);
     if (Status s = server.Start(); !s.ok()) {
-      std::fprintf(stderr, "deuteron %s: listen %s:%llu: %s\n", name_, a.host.c_str(),
-                   static_cast<unsigned long long>(a.port), s.ToString().c_str());
+      std::fprintf(stderr, "deuteron %s: listen %s: %s\n", name_, a.listen.ToString().c_str(),
+                   s.ToString().c_str());
       return 1;
     }
-    std::printf("deuteron %s: serving %s on %s:%u\n", name_, a.dir.c_str(), a.host.c_str(),
+    std::printf("deuteron %s: serving %s on %s:%u\n", name_, a.dir.c_str(), a.listen.host.c_str(),
                 static_cast<unsigned>(server.port()));
     std::fflush(stdout);
     int sig = 0;
@@ -201,7 +115,6 @@ class Command {
 
  private:
   const char* const name_;
-  const bool serve_;
 };
 
 // Blocks the shutdown signals in every thread (threads inherit the mask);
@@ -215,6 +128,36 @@ sigset_t BlockShutdownSignals() {
   return signals;
 }
 
+// A progress line for the replay of Open's recovery. The TxnManager keeps
+// the callback and calls it again from its own thread when it later
+// recovers a DC: those calls, after Finish, do nothing.
+class ReplayProgress {
+ public:
+  explicit ReplayProgress(const char* what) : progress_(std::make_shared<Shared>(what)) {}
+  std::function<void(uint64_t, uint64_t)> callback() const {
+    return [p = progress_](uint64_t done, uint64_t total) {
+      std::lock_guard<std::mutex> l(p->mu);
+      if (p->finished) return;
+      p->line.SetTotal(total);
+      p->line.Update(done);
+    };
+  }
+  void Finish() {
+    std::lock_guard<std::mutex> l(progress_->mu);
+    progress_->finished = true;
+    progress_->line.Finish();
+  }
+
+ private:
+  struct Shared {
+    explicit Shared(const char* what) : line(what, 0, Progress::kBytes) {}
+    std::mutex mu;
+    bool finished = false;  // GUARDED_BY(mu)
+    Progress line;          // GUARDED_BY(mu)
+  };
+  std::shared_ptr<Shared> progress_;
+};
+
 int Closed(const char* name, const Status& s) {
   if (!s.ok()) {
     std::fprintf(stderr, "deuteron %s: close: %s\n", name, s.ToString().c_str());
@@ -224,18 +167,23 @@ int Closed(const char* name, const Status& s) {
   return 0;
 }
 
-}  // namespace
 
-int RunServeCommand(int argc, char** argv) {
-  const Command cmd("serve", /*serve=*/true);
-  Args a;
-  if (int rc = cmd.Parse(argc, argv, &a); rc != 0) return rc < 0 ? 0 : rc;
+int RunServe(Args& a) {
+  const Command cmd("serve");
+  if (!cmd.LoadSecretInto(&a)) return 1;
+  if (Status s = CheckStoreDir(a.dir, StoreKind::kServe); !s.ok()) {
+    std::fprintf(stderr, "deuteron serve: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   const sigset_t signals = BlockShutdownSignals();
   tc::DatabaseOptions o;
   o.dc.llama.memory_budget = a.budget;
-  o.txn.lock_timeout = std::chrono::milliseconds(a.lock_timeout_ms);
-  o.txn.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_ms);
+  o.txn.lock_timeout = a.lock_timeout;
+  o.txn.checkpoint_interval = a.checkpoint_interval;
+  ReplayProgress progress("serve: replaying the log");
+  o.txn.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::Database>> db = tc::Database::Open(a.dir, o);
+  progress.Finish();
   if (!db.ok()) {
     std::fprintf(stderr, "deuteron serve: open %s: %s\n", a.dir.c_str(), db.status().ToString().c_str());
     return 1;
@@ -245,10 +193,13 @@ int RunServeCommand(int argc, char** argv) {
   return rc != 0 ? rc : closed;
 }
 
-int RunTcCommand(int argc, char** argv) {
-  const Command cmd("tc", /*serve=*/false);
-  Args a;
-  if (int rc = cmd.Parse(argc, argv, &a); rc != 0) return rc < 0 ? 0 : rc;
+int RunTc(Args& a) {
+  const Command cmd("tc");
+  if (!cmd.LoadSecretInto(&a)) return 1;
+  if (Status s = CheckStoreDir(a.dir, StoreKind::kTc); !s.ok()) {
+    std::fprintf(stderr, "deuteron tc: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
   const sigset_t signals = BlockShutdownSignals();
   Env* env = Env::Posix();
   auto fail = [](const char* what, const std::string& where, const Status& s) {
@@ -261,21 +212,57 @@ int RunTcCommand(int argc, char** argv) {
   Result<std::unique_ptr<wal::Log>> log = wal::Log::Open(env, a.dir + "/log", wal::LogOptions());
   if (!log.ok()) return fail("open the log in", a.dir, log.status());
   protocol::RemoteOptions ro;
-  ro.host = a.dc_host;
-  ro.port = static_cast<uint16_t>(a.dc_port);
+  ro.host = a.dc.host;
+  ro.port = a.dc.port;
   ro.secret = a.secret;
-  const std::string dc_where = a.dc_host + ":" + std::to_string(a.dc_port);
+  const std::string dc_where = a.dc.ToString();
   Result<std::unique_ptr<protocol::RemoteDataComponent>> dc = protocol::RemoteDataComponent::Connect(ro);
   if (!dc.ok()) return fail("connect to the DC at", dc_where, dc.status());
   tc::TxnOptions to;
-  to.lock_timeout = std::chrono::milliseconds(a.lock_timeout_ms);
-  to.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_ms);
+  to.lock_timeout = a.lock_timeout;
+  to.checkpoint_interval = a.checkpoint_interval;
+  ReplayProgress progress("tc: replaying the log");
+  to.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::TxnManager>> tm = tc::TxnManager::Open(dc->get(), log->get(), to);
+  progress.Finish();
   if (!tm.ok()) return fail("recover against the DC at", dc_where, tm.status());
   const int rc = cmd.Serve(tm->get(), a, signals);
   Status s = (*tm)->Close();
   if (Status l = (*log)->Close(); s.ok()) s = std::move(l);
   return rc != 0 ? rc : Closed("tc", s);
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app, Runner& runner) {
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "serve",
+      "Runs the transactional store in one process: opens (and recovers) the TC and DC in DIR, then\n"
+      "serves the TC protocol (Thrift, framed binary) on HOST:PORT, for clients such as the C++\n"
+      "client library (Client::Connect) and `deuteron shell`. Ctrl-C or SIGTERM shuts it down cleanly.");
+  AddCommonOptions(cmd, a.get());
+  AddSizeOption(cmd, "--memory-budget", &a->budget, "the DC's cache budget (0: none)");
+  cmd->callback([a, &runner] {
+    CheckCommon(*a);
+    runner.Set([a] { return RunServe(*a); });
+  });
+}
+
+void AddTcCommand(CLI::App& app, Runner& runner) {
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "tc",
+      "Runs a transactional component whose data component is a `deuteron dc` server at --dc: keeps\n"
+      "its log in DIR, recovers (restarting the DC to the log's end and replaying), then serves the\n"
+      "TC protocol on HOST:PORT. Ctrl-C or SIGTERM shuts it down cleanly.");
+  AddCommonOptions(cmd, a.get());
+  AddAddressOption(cmd, "--dc", &a->dc, "the `deuteron dc` server")->required();
+  cmd->callback([a, &runner] {
+    CheckCommon(*a);
+    if (a->dc.port == 0) UsageError("--dc needs a port other than 0");
+    runner.Set([a] { return RunTc(*a); });
+  });
 }
 
 }  // namespace deuteron::cli

@@ -8,14 +8,16 @@
 // transactions are aborted), close the TC (final ESL), then the log and, for
 // serve, the DC.
 //
-// Thread safety: each is called once, from main().
+// Thread safety: called once, from main().
 #pragma once
+
+#include "tc/cli/cli_options.h"
 
 namespace deuteron::cli {
 
-// argv[0] is the command's name. Return the process exit status: 0 after a
-// clean shutdown, 1 on a runtime error (printed), 2 on bad usage.
-int RunServeCommand(int argc, char** argv);
-int RunTcCommand(int argc, char** argv);
+// Register the subcommands (tc/cli/main.cpp has the pattern). Their runs
+// return 0 after a clean shutdown, 1 on a runtime error (printed).
+void AddServeCommand(CLI::App& app, Runner& runner);
+void AddTcCommand(CLI::App& app, Runner& runner);
 
 }  // namespace deuteron::cli

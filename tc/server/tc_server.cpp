@@ -83,6 +83,7 @@ class Router final : public proto::TransactionServiceIf {
   void execute(proto::ExecuteResult& out, const proto::ExecuteRequest& request) override {
     sessions_->Current()->execute(out, request);
   }
+  void tcStats(proto::TcStats& out) override { sessions_->Current()->tcStats(out); }
   // Answered by the server layer; never reaches the handler.
   void authenticate(const std::string& /*token*/) override {
     throw proto::ToDeuteronError(Status::Internal("authenticate reached the TC handler"));
@@ -110,7 +111,8 @@ class TcServer::Service final : public server::Service {
   bool IsKnownMethod(std::string_view method) const override {
     static constexpr std::string_view kMethods[] = {"beginTransaction", "get",    "put",
                                                     "remove",           "scan",   "commit",
-                                                    "abort",            "execute", "authenticate"};
+                                                    "abort",            "execute", "authenticate",
+                                                    "tcStats"};
     return std::find(std::begin(kMethods), std::end(kMethods), method) != std::end(kMethods);
   }
 

@@ -1,6 +1,7 @@
 #include "tc/server/tc_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -40,10 +41,63 @@ std::shared_ptr<TcSession> TcService::OpenSession() {
 
 TcSession::~TcSession() { Close(); }
 
+void TcService::NoteAbort(const Status& s) {
+  if (s.code() == Code::kDeadlock) {
+    aborts_deadlock_.fetch_add(1, std::memory_order_relaxed);
+  } else if (s.code() == Code::kTimedOut) {
+    aborts_lock_timeout_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    aborts_other_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void TcService::FillStats(proto::TcStats* out) const {
+  using C = int64_t;
+  const TxnStats t = tm_->stats();
+  *out = proto::TcStats();
+  out->__set_commits(C(t.commits));
+  out->__set_read_only_commits(C(t.read_only_commits));
+  out->__set_aborts(C(t.aborts));
+  out->__set_aborts_deadlock(C(aborts_deadlock_.load(std::memory_order_relaxed)));
+  out->__set_aborts_lock_timeout(C(aborts_lock_timeout_.load(std::memory_order_relaxed)));
+  out->__set_aborts_by_client(C(aborts_by_client_.load(std::memory_order_relaxed)));
+  out->__set_aborts_disconnect(C(aborts_disconnect_.load(std::memory_order_relaxed)));
+  out->__set_aborts_other(C(aborts_other_.load(std::memory_order_relaxed)));
+  const Histogram::Snapshot lat = commit_us_.GetSnapshot();
+  out->__set_commit_count(C(lat.count));
+  out->__set_commit_p50_us(C(lat.Percentile(50)));
+  out->__set_commit_p90_us(C(lat.Percentile(90)));
+  out->__set_commit_p99_us(C(lat.Percentile(99)));
+  out->__set_commit_max_us(C(lat.max));
+  out->__set_esl(C(t.esl));
+  out->__set_rssp(C(t.rssp));
+  out->__set_log_tail(C(t.log_tail));
+  out->__set_log_held_bytes(C(t.log_held_bytes));
+  out->__set_log_bytes_written(C(t.log_bytes_written));
+  out->__set_checkpoints(C(t.checkpoints));
+  out->__set_replayed_ops(C(t.replayed_ops));
+  out->__set_dc_recoveries(C(t.dc_recoveries));
+  out->__set_open_transactions(C(open_.load()));
+  out->__set_connections(C(sessions_.load()));
+  out->__set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - started_)
+                           .count());
+  Result<DcStats> dc = tm_->DcStatsNow();
+  if (dc.ok()) {
+    out->__set_dc(proto::ToWire(*dc));
+  } else {
+    out->__set_dc_error(dc.status().ToString());
+  }
+}
+
 void TcSession::Close() {
   std::lock_guard<std::mutex> l(mu_);
   if (closed_) return;
   closed_ = true;
+  service_->sessions_.fetch_sub(1);
+  for (const auto& [id, txn] : open_) {
+    if (txn->active()) service_->aborts_disconnect_.fetch_add(1, std::memory_order_relaxed);
+  }
   service_->open_.fetch_sub(open_.size());
   open_.clear();  // each Transaction aborts as it is destroyed
 }
@@ -107,6 +161,7 @@ void TcSession::get(proto::TcReadResult& out, int64_t txn, const std::string& ke
     out.__set_found(true);
     out.__set_value(std::move(r).value());
   } else if (!r.status().IsNotFound()) {
+    NoteLockFailure(r.status());
     Throw(r.status());
   }
 }
@@ -114,13 +169,17 @@ void TcSession::get(proto::TcReadResult& out, int64_t txn, const std::string& ke
 void TcSession::put(int64_t txn, const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Check(Find(txn).Put(Slice(key), Slice(value)));
+  Status s = Find(txn).Put(Slice(key), Slice(value));
+  NoteLockFailure(s);
+  Check(s);
 }
 
 void TcSession::remove(int64_t txn, const std::string& key) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Check(Find(txn).Delete(Slice(key)));
+  Status s = Find(txn).Delete(Slice(key));
+  NoteLockFailure(s);
+  Check(s);
 }
 
 void TcSession::Scan(Transaction& txn, const proto::ScanRequest& request, proto::TcScanPage* out) {
@@ -152,14 +211,26 @@ void TcSession::Scan(Transaction& txn, const proto::ScanRequest& request, proto:
 void TcSession::scan(proto::TcScanPage& out, int64_t txn, const proto::ScanRequest& request) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Scan(Find(txn), request, &out);
+  try {
+    Scan(Find(txn), request, &out);
+  } catch (const proto::DeuteronError& e) {
+    NoteLockFailure(proto::FromDeuteronError(e));
+    throw;
+  }
 }
 
 void TcSession::commit(int64_t txn) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
   Transaction& t = Find(txn);
+  const bool active = t.active();
+  const auto start = std::chrono::steady_clock::now();
   Status s = t.Commit();
+  if (active) {
+    service_->commit_us_.Record(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+    if (!s.ok()) service_->NoteAbort(Status::IOError("commit failed"));  // "other"
+  }
   Finish(txn);
   Check(s);
 }
@@ -168,7 +239,9 @@ void TcSession::abort(int64_t txn) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
   if (finished_.count(txn) != 0) return;  // idempotent
-  Find(txn).Abort();
+  Transaction& t = Find(txn);
+  if (t.active()) service_->aborts_by_client_.fetch_add(1, std::memory_order_relaxed);
+  t.Abort();
   Finish(txn);
 }
 
@@ -179,11 +252,13 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
     Throw(Status::TooLarge(fmt::format("{} operations in one execute, over the limit of {}",
                                        request.ops.size(), service_->options_.max_execute_ops)));
   }
+  const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Transaction> txn = service_->tm_->Begin();  // aborts unless committed
   out = proto::ExecuteResult();
   out.results.reserve(request.ops.size());
   out.__isset.results = true;
-  auto fail = [](size_t i, const Status& s) {
+  auto fail = [this](size_t i, const Status& s) {
+    service_->NoteAbort(s);
     Throw(Status(s.code(), fmt::format("operation {}: {}", i, s.message())));
   };
   for (size_t i = 0; i < request.ops.size(); ++i) {
@@ -219,7 +294,25 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
     }
     out.results.push_back(std::move(result));
   }
-  if (Status s = txn->Commit(); !s.ok()) Throw(s.WithContext("commit"));
+  Status s = txn->Commit();
+  service_->commit_us_.Record(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
+  if (!s.ok()) {
+    service_->NoteAbort(Status::IOError("commit failed"));  // "other"
+    Throw(s.WithContext("commit"));
+  }
+}
+
+void TcSession::NoteLockFailure(const Status& s) {
+  if (s.code() == Code::kDeadlock || s.code() == Code::kTimedOut) service_->NoteAbort(s);
+}
+
+void TcSession::tcStats(proto::TcStats& out) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    CheckServing();
+  }
+  service_->FillStats(&out);
 }
 
 void TcSession::authenticate(const std::string& /*token*/) {

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -36,6 +37,7 @@
 #include <unordered_set>
 
 #include "TransactionService.h"
+#include "common/metrics.h"
 #include "common/status.h"
 #include "tc/txn_manager.h"
 
@@ -67,8 +69,22 @@ class TcService {
   size_t open_transactions() const { return open_.load(); }
   const TcServiceOptions& options() const { return options_; }
 
+  // The tcStats answer: the TxnManager's and the log's counters, this
+  // service's abort causes and commit latencies, and the DC's counters
+  // (asked of the DC now; dc_error says why when it did not answer).
+  void FillStats(protocol::TcStats* out) const;
+
  private:
   friend class TcSession;
+  // Counts an abort caused by `s` (a lock failure, or `other`).
+  void NoteAbort(const Status& s);
+
+  // Abort causes and commit latencies, for stats.
+  std::atomic<uint64_t> aborts_deadlock_{0}, aborts_lock_timeout_{0}, aborts_by_client_{0},
+      aborts_disconnect_{0}, aborts_other_{0};
+  Histogram commit_us_;
+  std::atomic<size_t> sessions_{0};
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   TxnManager* const tm_;
   const TcServiceOptions options_;
   std::atomic<bool> shutting_down_{false};
@@ -96,10 +112,11 @@ class TcSession final : public protocol::TransactionServiceIf {
   // The server layer answers authenticate itself; this one is never called
   // by a server and throws INTERNAL.
   void authenticate(const std::string& token) override;
+  void tcStats(protocol::TcStats& out) override;
 
  private:
   friend class TcService;
-  explicit TcSession(TcService* service) : service_(service) {}
+  explicit TcSession(TcService* service) : service_(service) { service_->sessions_.fetch_add(1); }
 
   // Throws unless the session may serve a call. REQUIRES: mu_ held.
   void CheckServing() const;
@@ -109,6 +126,8 @@ class TcSession final : public protocol::TransactionServiceIf {
   // remembers it as finished.
   void Finish(int64_t id);
   void Scan(Transaction& txn, const protocol::ScanRequest& request, protocol::TcScanPage* out);
+  // Counts a lock failure (deadlock, lock timeout) as the abort it caused.
+  void NoteLockFailure(const Status& s);
 
   TcService* const service_;
   mutable std::mutex mu_;

@@ -169,7 +169,9 @@ TEST_CASE("Replies survive the wire round trip", "[protocol][convert]") {
   for (uint64_t* f : {&st.applies, &st.ops_applied, &st.ops_skipped, &st.gets, &st.scans,
                       &st.scan_items, &st.rssp_proposals, &st.restarts, &st.esl, &st.rssp,
                       &st.max_durable_lsn, &st.pages, &st.memory_bytes, &st.flushes,
-                      &st.flush_bytes, &st.lss_bytes_written}) {
+                      &st.flush_bytes, &st.lss_bytes_written, &st.memory_budget, &st.node_bytes,
+                      &st.checkpoints, &st.segments_cleaned, &st.pages_relocated, &st.bytes_relocated,
+                      &st.lss_disk_bytes, &st.lss_segments, &st.page_loads, &st.swap_outs}) {
     *f = v++;
   }
   st.tree_height = 7;
@@ -179,6 +181,17 @@ TEST_CASE("Replies survive the wire round trip", "[protocol][convert]") {
   CHECK(sb2.lss_bytes_written == 115);
   CHECK(sb2.max_durable_lsn == 110);
   CHECK(sb2.tree_height == 7);
+  CHECK(sb2.memory_budget == 116);
+  CHECK(sb2.lss_disk_bytes == 122);
+  CHECK(sb2.swap_outs == 125);
+  // From a server that sends none of the appended fields: zeros.
+  DcStats old = ToWire(st);
+  old.__isset.memory_budget = false;
+  old.__isset.swap_outs = false;
+  const auto sb3 = FromWire(old);
+  CHECK(sb3.memory_budget == 0);
+  CHECK(sb3.swap_outs == 0);
+  CHECK(sb3.lss_disk_bytes == 122);
 }
 
 TEST_CASE("A DC state from a newer peer decodes as Internal", "[protocol][convert]") {

@@ -18,16 +18,18 @@
 
 namespace deuteron::test {
 
-// A child process running `deuteron` with args; its stdout is a pipe.
+// A child process running `deuteron` with args; its stdout (and its stderr
+// too, with merge_stderr) is a pipe.
 class Child {
  public:
-  explicit Child(std::vector<std::string> args) {
+  explicit Child(std::vector<std::string> args, bool merge_stderr = false) {
     int fds[2];
     REQUIRE(pipe(fds) == 0);
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       dup2(fds[1], 1);
+      if (merge_stderr) dup2(fds[1], 2);
       close(fds[0]);
       close(fds[1]);
       std::vector<char*> argv;
@@ -54,6 +56,12 @@ class Child {
     char buf[512];
     if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
     return buf;
+  }
+  // Everything the child writes until it closes its output.
+  std::string ReadAll() {
+    std::string all, line;
+    while (!(line = ReadLine()).empty()) all += line;
+    return all;
   }
   // Sends `sig` and returns the exit status (-1 if killed by a signal).
   int Stop(int sig) {

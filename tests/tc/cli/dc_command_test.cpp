@@ -271,7 +271,10 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
     CHECK(child.Wait() == 2);
   }
   Child help({"dc", "--help"});
-  CHECK(help.ReadLine().find("usage: deuteron dc") != std::string::npos);
+  std::string all, line;
+  while (!(line = help.ReadLine()).empty()) all += line;
+  CHECK(all.find("usage: deuteron dc") != std::string::npos);
+  CHECK(all.find("--memory-budget") != std::string::npos);
   CHECK(help.Wait() == 0);
 }
 

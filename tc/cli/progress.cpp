@@ -1,0 +1,90 @@
+#include "tc/cli/progress.h"
+
+#include <unistd.h>
+
+#include "tc/cli/cli_options.h"
+
+namespace deuteron::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string Amount(uint64_t n, Progress::Unit unit) {
+  return unit == Progress::kBytes ? FormatSize(n) : std::to_string(n);
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 60) {
+    std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%dm%02ds", static_cast<int>(s) / 60, static_cast<int>(s) % 60);
+  }
+  return buf;
+}
+
+}  // namespace
+
+Progress::Progress(std::string what, uint64_t total, Unit unit, FILE* out,
+                   std::chrono::milliseconds interval)
+    : what_(std::move(what)),
+      total_(total),
+      unit_(unit),
+      out_(out == nullptr ? stderr : out),
+      live_(isatty(fileno(out_)) == 1),
+      interval_(interval),
+      start_(Clock::now()),
+      last_print_(start_) {}
+
+Progress::~Progress() { Finish(); }
+
+void Progress::Update(uint64_t done) {
+  done_ = done;
+  if (finished_) return;
+  const Clock::time_point now = Clock::now();
+  const auto due = live_ ? std::chrono::milliseconds(100) : interval_;
+  if (now - last_print_ < due) return;
+  last_print_ = now;
+  Print(false);
+}
+
+void Progress::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  // A plain report of quick work stays silent: only what took a while, or
+  // was already reported, gets a final line.
+  if (!live_ && !printed_) return;
+  Print(true);
+}
+
+std::string Progress::Line(bool final) const {
+  const double secs = std::chrono::duration<double>(Clock::now() - start_).count();
+  std::string line = what_ + ": " + Amount(done_, unit_);
+  if (total_ != 0) {
+    char pct[16];
+    std::snprintf(pct, sizeof(pct), " (%.0f%%)", 100.0 * static_cast<double>(done_) / static_cast<double>(total_));
+    line += " of " + Amount(total_, unit_) + pct;
+  }
+  if (final) return line + ", done in " + Seconds(secs);
+  if (secs > 0) {
+    const double rate = static_cast<double>(done_) / secs;
+    line += ", " + Amount(static_cast<uint64_t>(rate), unit_) + (unit_ == kBytes ? "/s" : "/s");
+    if (total_ > done_ && rate > 0) {
+      line += ", about " + Seconds(static_cast<double>(total_ - done_) / rate) + " left";
+    }
+  }
+  return line;
+}
+
+void Progress::Print(bool final) {
+  printed_ = true;
+  const std::string line = Line(final);
+  if (live_) {
+    std::fprintf(out_, "\r\033[K%s%s", line.c_str(), final ? "\n" : "");
+  } else {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+}  // namespace deuteron::cli

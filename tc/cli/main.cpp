@@ -18,6 +18,7 @@
 // (ParseAndRun); --help and --version exit 0.
 #include <cstdio>
 
+#include "tc/cli/bench_command.h"
 #include "tc/cli/check_command.h"
 #include "tc/cli/cli_options.h"
 #include "tc/cli/dc_command.h"
@@ -61,8 +62,7 @@ int main(int argc, char** argv) {
   AddStatsCommand(app, runner);
   AddCheckCommand(app, runner);
   AddDemoCommand(app, runner);
-  AddNotYetCommand(app, runner, "bench",
-                   "Runs the benchmark programs (not built yet: use build/release/bin/txn_bench, log_bench)");
+  AddBenchCommand(app, runner);
   AddNotYetCommand(app, runner, "crashtest", "Runs the crash harness (not built yet)");
   return ParseAndRun(app, runner, argc, argv);
 }

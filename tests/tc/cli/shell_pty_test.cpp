@@ -76,10 +76,24 @@ class PtyShell {
     return out;
   }
 
+  // Waits up to 30 s for the shell to exit, reading what it still writes
+  // meanwhile (a child writing to a terminal nobody reads would block on a
+  // full buffer), and returns its exit status (-1: killed by a signal).
   int Wait() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     int status = 0;
-    waitpid(pid_, &status, 0);
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      INFO("waiting for the shell to exit; the terminal shows: " << seen_);
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      struct pollfd p = {fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n > 0) seen_.append(buf, static_cast<size_t>(n));
+    }
     pid_ = -1;
+    INFO("the terminal shows: " << seen_);
+    CHECK(seen_.find("ERROR") == std::string::npos);  // no sanitizer report
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 

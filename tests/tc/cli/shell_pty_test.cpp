@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -50,7 +51,18 @@ class PtyShell {
     close(fd_);
   }
 
+  // Types `keys` once the shell reads the terminal in raw mode. libedit
+  // prints its prompt before it leaves canonical mode, and a Ctrl-D typed in
+  // that window is taken by the terminal's line discipline (it reaches the
+  // shell as nothing): a person cannot type that fast, a test can. On Linux
+  // the master's termios are the terminal's.
   void Send(const std::string& keys) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    struct termios t = {};
+    while (tcgetattr(fd_, &t) == 0 && (t.c_lflag & ICANON) != 0) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      usleep(1000);
+    }
     REQUIRE(write(fd_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()));
   }
 

@@ -749,12 +749,7 @@ bool Llama::SwapOut(PageId pid) {
   ps->seq = info.flush_seq;
   ps->seq_hi = info.flush_seq;
   ps->tag = info.bound;
-  ps->address = info.lss_head;
-  ps->end = info.lss_end;
-  ps->base = info.lss_base;
-  ps->depth = info.lss_depth;
-  ps->chain_bytes = info.lss_chain_bytes;
-  ps->annotation = info.annotation;
+  SetLssStateAsFound(ps, info);
   PageNode* top = ps;
   for (auto it = info.unflushed.rbegin(); it != info.unflushed.rend(); ++it) {
     const PageNode* m = *it;

@@ -372,6 +372,13 @@ class Llama {
   struct ChainInfo;
   class MemoryCounter;
 
+  // A flush node's LSS state (address, end, base, depth, chain bytes,
+  // annotation): the page's as `info` found it, or that state with one
+  // C-delta record [address, address + span) chained over it.
+  static void SetLssStateAsFound(FlushNode* f, const ChainInfo& info);
+  static void SetLssStateChained(FlushNode* f, const ChainInfo& info, LssAddress address,
+                                 size_t span, uint64_t annotation);
+
   Llama(Env* env, std::string dir, LlamaOptions options);
   Status Recover();
   void Touch(PageId pid);

@@ -106,12 +106,16 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   FlushNode* f = NewFlushNode(NodeKind::kFlush);
   f->seq = head->seq + 1;
   f->tag = bound;
-  f->address = r.address;
-  f->end = r.address + span;
-  f->base = whole ? r.address : info.lss_base;
-  f->depth = whole ? 1 : DeeperBy(info.lss_depth);
-  f->chain_bytes = whole ? 0 : ChainBytesPlus(info.lss_chain_bytes, span);
-  f->annotation = annotation;
+  if (whole) {  // a new kBase: the chain starts again here
+    f->address = r.address;
+    f->end = r.address + span;
+    f->base = r.address;
+    f->depth = 1;
+    f->chain_bytes = 0;
+    f->annotation = annotation;
+  } else {
+    SetLssStateChained(f, info, r.address, span, annotation);
+  }
   f->next = const_cast<PageNode*>(head);
   f->base_hint = BaseHintBelow(head);
   uint64_t expected = MappingTable::FromPointer(head);
@@ -193,19 +197,9 @@ bool Llama::UpdateRFlush(PageId pid, const PageNode* expected, PageNode* state, 
   if (selected.empty()) {
     // Nothing folded that the LSS lacks: the state there already holds what
     // the new base holds.
-    f->address = info.lss_head;
-    f->end = info.lss_end;
-    f->base = info.lss_base;
-    f->depth = info.lss_depth;
-    f->chain_bytes = info.lss_chain_bytes;
-    f->annotation = info.annotation;
+    SetLssStateAsFound(f, info);
   } else {
-    f->address = r.address;
-    f->end = r.address + span;
-    f->base = info.lss_base;
-    f->depth = DeeperBy(info.lss_depth);
-    f->chain_bytes = ChainBytesPlus(info.lss_chain_bytes, span);
-    f->annotation = annotation;
+    SetLssStateChained(f, info, r.address, span, annotation);
   }
   f->next = state;
   f->base_hint = base;

@@ -63,6 +63,25 @@ inline uint32_t ChainBytesPlus(uint32_t bytes, size_t span) {
   return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{bytes} + span, UINT32_MAX));
 }
 
+inline void Llama::SetLssStateAsFound(FlushNode* f, const ChainInfo& info) {
+  f->address = info.lss_head;
+  f->end = info.lss_end;
+  f->base = info.lss_base;
+  f->depth = info.lss_depth;
+  f->chain_bytes = info.lss_chain_bytes;
+  f->annotation = info.annotation;
+}
+
+inline void Llama::SetLssStateChained(FlushNode* f, const ChainInfo& info, LssAddress address,
+                                      size_t span, uint64_t annotation) {
+  f->address = address;
+  f->end = address + span;
+  f->base = info.lss_base;
+  f->depth = DeeperBy(info.lss_depth);
+  f->chain_bytes = ChainBytesPlus(info.lss_chain_bytes, span);
+  f->annotation = annotation;
+}
+
 inline std::string PageName(PageId pid) { return "page " + std::to_string(pid); }
 
 // Bytes of a page record's payload holding `nodes` (format: lss_format.md).

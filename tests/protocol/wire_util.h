@@ -47,10 +47,14 @@ class RawSocket {
     return *this;
   }
 
-  // A connected socket, or one with valid() false.
-  static RawSocket Connect(uint16_t port) {
+  // A connected socket, or one with valid() false. A nonzero `rcvbuf` caps
+  // the socket's receive buffer (set before connecting, so the window is
+  // sized from it): a peer that never reads then stalls the server after a
+  // few replies instead of after the megabytes loopback autotuning allows.
+  static RawSocket Connect(uint16_t port, int rcvbuf = 0) {
     const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return RawSocket();
+    if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);

@@ -418,7 +418,7 @@ void BaseView::PrefetchEntryNear(Slice key) const {
   const size_t off = std::min<size_t>(span - 1, d * span / range);
   // Two lines either side: for keys spread evenly, the entry's index is off
   // the guess by about sqrt(n)/2 entries (~5 at 90), under 2 lines of
-  // 22-byte records (random8). 1 or 3 lines a side measured worse (bwtree.md).
+  // 22-byte records (random8). 1 or 3 lines a side measured worse (performance.md).
   PrefetchLines(payload_.data() + entries_at_ + off, 5, /*lines_before=*/2);
 }
 

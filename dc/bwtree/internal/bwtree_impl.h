@@ -79,7 +79,7 @@ inline void PrefetchBase(const PageNode* head) {
 // so PrefetchBase and LowerBound, which asks for the rest, can only start
 // after the head arrived). Wasted on a delta head, which lookups rarely meet
 // (reads consolidate chains longer than leaf_read_delta_threshold). 16 and
-// 24 lines measured alike, 8 worse (bwtree.md).
+// 24 lines measured alike, 8 worse (performance.md).
 inline void PrefetchHead(const PageNode* head) {
   if (head != nullptr) PrefetchLines(head, 16);
 }

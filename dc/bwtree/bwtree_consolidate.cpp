@@ -188,6 +188,9 @@ Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode
     return ConsolidateInnerMerges(pid, head, installed, entries);
   }
   ASSIGN_OR_RETURN(PageNode* base, ConsolidateInnerChain(llama_, head, entries));
+  // Not incremental: an inner chain gathered from the old base and index
+  // deltas folded by different consolidations reads back differently
+  // (bwtree.md, "Consolidation under the WAL rule").
   if (InstallConsolidated(pid, head, base)) *installed = base;
   return Status::OK();
 }

@@ -8,6 +8,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/fault_hooks.h"
 #include "common/heap.h"
 #include "common/logging.h"
 
@@ -474,10 +475,13 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   // (rssp - 1, esl] holds records below rssp. A base consolidated under a
   // newer ESL since (a racing Apply) is flushed under that one: FlushAll
   // re-reads the bound rather than skip it (dc/dc.md).
-  RETURN_IF_ERROR(tree_->FlushAll(esl));
-  // Flushes by other threads (the evictor, structure changes) that this one
-  // found done are made stable too.
-  RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
+  if (!fault::BrokenOnPurpose(fault::Break::kRsspBeforeFlush)) {  // else contract 3 broken on purpose
+    RETURN_IF_ERROR(tree_->FlushAll(esl));
+    // Flushes by other threads (the evictor, structure changes) that this one
+    // found done are made stable too.
+    RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
+  }
+  DEUTERON_KILL_POINT(kDcRsspAfterFlush);
   last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
   if (rssp > rssp_.load(std::memory_order_relaxed)) {
     // With what is now reported stable: damage below it is corruption, not
@@ -487,6 +491,7 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
     stable_lss_.store(stable, std::memory_order_relaxed);
     // Only now may consolidation purge tombstones below it.
     rssp_.store(rssp, std::memory_order_release);
+    DEUTERON_KILL_POINT(kDcRsspAfterMeta);
   }
   return Status::OK();
 }

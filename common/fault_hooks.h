@@ -62,9 +62,9 @@ enum class KillPoint : uint16_t {
   kDcCleanBeforeRelocate,    // dc.clean.before_relocate
   kDcCleanAfterRelocate,     // dc.clean.after_relocate
   kDcCleanBeforeRelease,     // dc.clean.before_release: segments about to be deleted
-  // DC: checkpoint file (dc/llama/checkpoint.cpp).
-  kDcCheckpointBeforeRename, // dc.checkpoint.before_rename: temp file written and synced
-  kDcCheckpointAfterRename,  // dc.checkpoint.after_rename: renamed, directory not synced
+  // DC: checkpoint file, written over the older of two slots (dc/llama/checkpoint.cpp).
+  kDcCheckpointBeforeSync,   // dc.checkpoint.before_sync: slot truncated and written, not synced
+  kDcCheckpointAfterSync,    // dc.checkpoint.after_sync: synced, directory not synced
   // DC: system transactions (dc/llama/llama_txn.cpp, dc/bwtree).
   kDcSmoBeforeCommit,        // dc.smo.before_commit: LLAMA system transaction commit
   kDcSmoAfterCommit,         // dc.smo.after_commit
@@ -73,11 +73,11 @@ enum class KillPoint : uint16_t {
   // DC: the contract calls (dc/dc.cpp).
   kDcRsspAfterFlush,         // dc.rssp.after_flush: flushed and stable, not acknowledged
   kDcRsspAfterMeta,          // dc.rssp.after_meta: dc.meta written, not acknowledged
-  kDcRestartToBegin,         // dc.restart_to.begin
-  kDcRestartToReopened,      // dc.restart_to.reopened: store reopened, meta not written
+  kDcRestartToBegin,         // dc.restart_to.begin: checks passed, new incarnation not written
+  kDcRestartToReopened,      // dc.restart_to.reopened: store reopened, not acknowledged
   // DC: recovery (dc/llama/lss_recovery.cpp, dc/dc.cpp).
   kDcRecoveryBegin,          // dc.recovery.begin
-  kDcRecoveryRecord,         // dc.recovery.record: each LSS record recovered
+  kDcRecoveryBuffer,         // dc.recovery.buffer: each valid LSS buffer, before replaying it
   kDcRecoveryEnd,            // dc.recovery.end
   // TC: the log's group commit (tc/wal/log.cpp).
   kTcLogGroupCommitBeforeWrite,  // tc.log.group_commit.before_write

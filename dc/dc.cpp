@@ -124,6 +124,7 @@ Dc::Dc(Env* env, std::string dir, DcOptions options)
 }
 
 Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions options) {
+  DEUTERON_KILL_POINT(kDcRecoveryBegin);
   std::unique_ptr<Dc> dc(new Dc(env, dir, std::move(options)));
   // Nothing else can reach the DC yet: the gate is uncontended.
   std::unique_lock<std::shared_mutex> gate(dc->gate_);
@@ -154,6 +155,7 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   dc->last_durable_.store(durable, std::memory_order_relaxed);
   DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}, store {}", dir, meta.rssp,
             durable, meta.incarnation, meta.store_id.ToString());
+  DEUTERON_KILL_POINT(kDcRecoveryEnd);
   gate.unlock();
   dc->StartMaintenance();
   return dc;
@@ -538,6 +540,7 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
                                  id.ToString() + ", the TC to store " + tc_store->ToString());
   }
   if (tc_store != nullptr && id.nil()) id = *tc_store;
+  DEUTERON_KILL_POINT(kDcRestartToBegin);
   // The new incarnation is durable before anything changes, so that no call
   // of an older one is accepted again, after a crash of this DC included.
   const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed) + 1;
@@ -568,6 +571,7 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
     DLOG_ERROR("dc {}: restart-to {}: reopening: {}", dir_, stable_end, s.ToString());
     return s;
   }
+  DEUTERON_KILL_POINT(kDcRestartToReopened);
   const uint64_t durable = llama_->MaxAnnotation();
   ready_durable_.store(durable, std::memory_order_relaxed);
   restarts_.fetch_add(1, std::memory_order_relaxed);

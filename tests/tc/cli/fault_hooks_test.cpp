@@ -1,0 +1,273 @@
+// The fault hooks in real server processes (common/fault_hooks.h): the
+// environment variables `deuteron serve` and `deuteron dc` read at start.
+// Kill points fire at their Nth hit with their line; SIGUSR2 under
+// DEUTERON_FAULT_ENV=powerloss loses what was not synced and nothing that
+// was acknowledged; an injected ENOSPC is a typed error and no
+// acknowledgement; a bad value refuses to start (exit 2).
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/fault_hooks.h"
+#include "tc/client/client.h"
+#include "tests/tc/cli/cli_util.h"
+
+namespace deuteron {
+namespace {
+
+using test::Child;
+using test::TempDir;
+
+// Sets an environment variable for the children started in its scope (a
+// child inherits it at fork; this process never reads it).
+class EnvScope {
+ public:
+  EnvScope(const std::string& name, const std::string& value) : name_(name) {
+    REQUIRE(setenv(name.c_str(), value.c_str(), 1) == 0);
+  }
+  ~EnvScope() { unsetenv(name_.c_str()); }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  const std::string name_;
+};
+
+// A child with stderr merged into stdout: its port, from the serving line.
+uint16_t ServingPortOf(Child* child, std::string* seen) {
+  for (;;) {
+    const std::string line = child->ReadLine();
+    if (line.empty()) {
+      FAIL("the server ended before serving; it wrote:\n" << *seen);
+    }
+    *seen += line;
+    if (line.find(": serving ") != std::string::npos) return test::ServingPort(line);
+  }
+}
+
+// Waits for the child; true if SIGKILL ended it.
+bool DiedOfSigkill(Child* child) {
+  int status = 0;
+  REQUIRE(waitpid(child->pid(), &status, 0) == child->pid());
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+}
+
+std::string Address(uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
+
+// Commits key<i> = v<i>, one transaction each, until one fails or `max`
+// are done. Returns the number acknowledged; *error: the failure.
+int CommitUntilFailure(uint16_t port, int max, Status* error) {
+  client::RemoteOptions o;
+  o.connect_timeout_ms = 2000;
+  auto c = client::Client::Connect(Address(port), o);
+  REQUIRE(c.ok());
+  for (int i = 0; i < max; ++i) {
+    auto t = (*c)->Begin();
+    Status s = t.ok() ? (*t)->Put("key" + std::to_string(i), "v" + std::to_string(i)) : t.status();
+    if (s.ok()) s = (*t)->Commit();
+    if (!s.ok()) {
+      *error = s;
+      return i;
+    }
+  }
+  return max;
+}
+
+// Every key<i> for i < n reads v<i> from a fresh `deuteron serve` over dir.
+void CheckCommitted(const std::string& dir, int n) {
+  Child child({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, /*merge_stderr=*/true);
+  std::string seen;
+  const uint16_t port = ServingPortOf(&child, &seen);
+  auto c = client::Client::Connect(Address(port));
+  REQUIRE(c.ok());
+  auto t = (*c)->Begin();
+  REQUIRE(t.ok());
+  for (int i = 0; i < n; ++i) {
+    Result<std::string> got = (*t)->Get("key" + std::to_string(i));
+    INFO("key" << i << ": " << got.status().ToString());
+    REQUIRE(got.ok());
+    CHECK(*got == "v" + std::to_string(i));
+  }
+  (*t)->Abort();
+  CHECK(child.Stop(SIGTERM) == 0);
+}
+
+// Runs `deuteron serve` with DEUTERON_KILL_POINT=spec, commits until it
+// dies; returns the commits acknowledged. The process must die of SIGKILL
+// with exactly one line naming `point`.
+int CommitsBeforeKillPoint(const std::string& spec, const std::string& point) {
+  const std::string dir = TempDir();
+  std::unique_ptr<Child> child;
+  {
+    EnvScope env("DEUTERON_KILL_POINT", spec);
+    child = std::make_unique<Child>(
+        std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+  }
+  std::string out;
+  const uint16_t port = ServingPortOf(child.get(), &out);
+  Status error;
+  const int acked = CommitUntilFailure(port, 1000, &error);
+  INFO("the commit after " << acked << " failed with " << error.ToString());
+  CHECK(!error.ok());
+  out += child->ReadAll();
+  INFO(out);
+  CHECK(DiedOfSigkill(child.get()));
+  const std::string line = "deuteron: kill point " + point + "\n";
+  CHECK(out.find(line) != std::string::npos);
+  CHECK(out.find(line) == out.rfind(line));  // one line
+  CheckCommitted(dir, acked);
+  return acked;
+}
+
+}  // namespace
+
+TEST_CASE("fault hooks: a kill point fires at its Nth hit with its line", "[tc][cli][faulthooks]") {
+  REQUIRE(fault::HooksCompiled());
+  // Each single-client commit is one group commit: the 3rd hit comes two
+  // commits after the 1st, whatever recovery wrote before.
+  const std::string point = "tc.log.group_commit.before_sync";
+  const int first = CommitsBeforeKillPoint(point + ":1", point);
+  const int third = CommitsBeforeKillPoint(point + ":3", point);
+  CHECK(third == first + 2);
+}
+
+TEST_CASE("fault hooks: kill points in DC and TC recovery", "[tc][cli][faulthooks]") {
+  REQUIRE(fault::HooksCompiled());
+  for (const std::string point : {"dc.recovery.begin", "dc.recovery.end", "tc.recovery.begin",
+                                  "dc.restart_to.begin", "tc.recovery.end"}) {
+    INFO(point);
+    const std::string dir = TempDir();
+    EnvScope env("DEUTERON_KILL_POINT", point + ":1");
+    Child child({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+    const std::string out = child.ReadAll();
+    INFO(out);
+    CHECK(DiedOfSigkill(&child));
+    CHECK(out.find("deuteron: kill point " + point + "\n") != std::string::npos);
+    CHECK(out.find(": serving ") == std::string::npos);
+  }
+  // deuteron dc alone.
+  const std::string dir = TempDir();
+  EnvScope env("DEUTERON_KILL_POINT", "dc.recovery.end:1");
+  Child child({"dc", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+  const std::string out = child.ReadAll();
+  INFO(out);
+  CHECK(DiedOfSigkill(&child));
+  CHECK(out.find("deuteron: kill point dc.recovery.end\n") != std::string::npos);
+}
+
+TEST_CASE("fault hooks: SIGUSR2 under powerloss keeps every acknowledged commit",
+          "[tc][cli][faulthooks]") {
+  REQUIRE(fault::HooksCompiled());
+  const std::string mode = GENERATE(std::string("powerloss"), std::string("torn"));
+  INFO(mode);
+  const std::string dir = TempDir();
+  std::unique_ptr<Child> child;
+  {
+    EnvScope env("DEUTERON_FAULT_ENV", mode + ",seed:7");
+    child = std::make_unique<Child>(
+        std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+  }
+  std::string out;
+  const uint16_t port = ServingPortOf(child.get(), &out);
+  Status error;
+  constexpr int kCommits = 40;
+  const int acked = CommitUntilFailure(port, kCommits, &error);
+  INFO(error.ToString());
+  REQUIRE(acked == kCommits);
+  REQUIRE(kill(child->pid(), SIGUSR2) == 0);
+  out += child->ReadAll();
+  INFO(out);
+  CHECK(DiedOfSigkill(child.get()));
+  CHECK(out.find(mode == "torn" ? "deuteron: torn write\n" : "deuteron: power loss\n") !=
+        std::string::npos);
+  // The stopped store checks clean (the DC's RSSP is not above what
+  // survived in the log), and every acknowledged commit is there.
+  Child check({"check", "--dir", dir}, true);
+  const std::string checked = check.ReadAll();
+  INFO(checked);
+  CHECK(check.Wait() == 0);
+  CheckCommitted(dir, kCommits);
+}
+
+TEST_CASE("fault hooks: an injected ENOSPC is a typed error, not an acknowledgement",
+          "[tc][cli][faulthooks]") {
+  REQUIRE(fault::HooksCompiled());
+  // N doubles until the Nth write or sync comes after the start.
+  bool failed_at_start = false;
+  for (uint64_t n = 16;; n *= 2) {
+    INFO("enospc:" << n);
+    REQUIRE(n < 100000);
+    const std::string dir = TempDir();
+    std::unique_ptr<Child> child;
+    {
+      EnvScope env("DEUTERON_FAULT_ENV", "enospc:" + std::to_string(n));
+      child = std::make_unique<Child>(
+          std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+    }
+    std::string out;
+    uint16_t port = 0;
+    for (std::string line; port == 0 && !(line = child->ReadLine()).empty();) {
+      out += line;
+      if (line.find(": serving ") != std::string::npos) port = test::ServingPort(line);
+    }
+    if (port == 0) {
+      // Failed while starting: a typed error, exit 1, no crash.
+      INFO(out);
+      CHECK(out.find("NoSpace") != std::string::npos);
+      CHECK(out.find("injected ENOSPC") != std::string::npos);
+      CHECK(child->Wait() == 1);
+      failed_at_start = true;
+      continue;
+    }
+    Status error;
+    const int acked = CommitUntilFailure(port, 100000, &error);
+    INFO("acknowledged " << acked << ", then " << error.ToString());
+    CHECK(!error.ok());
+    CHECK(error.code() != Code::kInternal);
+    CHECK(error.ToString().find("injected") != std::string::npos);
+    // The server reports the failure; it does not crash.
+    CHECK(child->Stop(SIGTERM) >= 0);
+    CheckCommitted(dir, acked);
+    break;
+  }
+  CHECK(failed_at_start);  // the smallest N failed while starting
+}
+
+TEST_CASE("fault hooks: malformed variables refuse to start with exit 2", "[tc][cli][faulthooks]") {
+  for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
+           {"DEUTERON_KILL_POINT", "no.such.point:1"},
+           {"DEUTERON_KILL_POINT", "dc.flush.after_write:0"},
+           {"DEUTERON_KILL_POINT", "*:1.5:3"},
+           {"DEUTERON_FAULT_ENV", "powerloss,enospc:x"},
+           {"DEUTERON_BREAK", "everything"}}) {
+    INFO(var << "=" << value);
+    const std::string dir = TempDir();
+    EnvScope env(var, value);
+    for (const char* cmd : {"serve", "dc"}) {
+      Child child({cmd, "--dir", dir + "/" + cmd, "--listen", "127.0.0.1:0"}, true);
+      const std::string out = child.ReadAll();
+      INFO(out);
+      CHECK(child.Wait() == 2);
+      CHECK(out.find(var) != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("fault hooks: a break is announced at start", "[tc][cli][faulthooks]") {
+  const std::string dir = TempDir();
+  EnvScope env("DEUTERON_BREAK", "idempotence");
+  Child child({"dc", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+  std::string out;
+  ServingPortOf(&child, &out);
+  CHECK(out.find("deuteron: contract broken on purpose: idempotence\n") != std::string::npos);
+  CHECK(child.Stop(SIGTERM) == 0);
+}
+
+}  // namespace deuteron

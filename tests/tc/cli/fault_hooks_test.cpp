@@ -185,6 +185,16 @@ TEST_CASE("fault hooks: kill points in DC and TC recovery", "[tc][cli][faulthook
     CHECK(out.find("deuteron: kill point " + point + "\n") != std::string::npos);
     CHECK(out.find(": serving ") == std::string::npos);
   }
+  {
+    // "*:1:SEED": the first hit of any point, the DC's recovery in serve.
+    const std::string dir = TempDir();
+    EnvScope env("DEUTERON_KILL_POINT", "*:1:9");
+    Child child({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+    const std::string out = child.ReadAll();
+    INFO(out);
+    CHECK(DiedOfSigkill(&child));
+    CHECK(out.find("deuteron: kill point dc.recovery.begin\n") != std::string::npos);
+  }
   // deuteron dc alone.
   const std::string dir = TempDir();
   EnvScope env("DEUTERON_KILL_POINT", "dc.recovery.end:1");

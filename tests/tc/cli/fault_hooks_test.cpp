@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -303,6 +306,128 @@ TEST_CASE("fault hooks: a break is announced at start", "[tc][cli][faulthooks]")
   ServingPortOf(&child, &out);
   CHECK(out.find("deuteron: contract broken on purpose: idempotence\n") != std::string::npos);
   CHECK(child.Stop(SIGTERM) == 0);
+}
+
+}  // namespace deuteron
+
+namespace deuteron {
+namespace {
+
+// A workload that reaches most kill points in `deuteron serve`: puts of
+// `keys` keys of 300 bytes, 50 a transaction (splits, flushes), then deletes
+// of nine in ten (merges), with the TC checkpointing every 20 ms (RSSPs).
+// What acknowledged commits left is recorded in *acked (key -> value, ""
+// for deleted; a key of the failed commit, in doubt, is dropped). Stops at
+// the first failure.
+void SweepWorkload(uint16_t port, int keys, std::map<std::string, std::string>* acked) {
+  client::RemoteOptions o;
+  o.connect_timeout_ms = 2000;
+  auto c = client::Client::Connect(Address(port), o);
+  if (!c.ok()) return;
+  const std::string value(300, 'x');
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int first = 0; first < keys; first += 50) {
+      auto t = (*c)->Begin();
+      if (!t.ok()) return;
+      std::map<std::string, std::string> mine;
+      for (int i = first; i < std::min(keys, first + 50); ++i) {
+        if (pass == 1 && i % 10 == 0) continue;
+        const std::string key = "key" + std::to_string(100000 + i);
+        Status s = pass == 0 ? (*t)->Put(key, value + std::to_string(i)) : (*t)->Delete(key);
+        if (!s.ok()) return;
+        mine[key] = pass == 0 ? value + std::to_string(i) : "";
+      }
+      if (!(*t)->Commit().ok()) {
+        // In doubt (the server may have died after the commit was durable):
+        // these keys may hold either state.
+        for (auto& [k, v] : mine) acked->erase(k);
+        return;
+      }
+      for (auto& [k, v] : mine) (*acked)[k] = v;
+    }
+  }
+}
+
+}  // namespace
+
+// Every kill point, one run each: `deuteron serve` dies at its first hit
+// (while starting, under the workload, or in its clean shutdown), and the
+// store then recovers with every acknowledged commit. Cleaning needs 64 MiB
+// segments filled and is not reached here.
+TEST_CASE("fault hooks: every kill point, then recovery keeps the acknowledged commits",
+          "[tc][cli][faulthooks][.]") {
+  REQUIRE(fault::HooksCompiled());
+  // A store left by kill -9 with its log not checkpointed: each run below
+  // starts from a copy of it, so recovery has records to replay.
+  const std::string base = TempDir();
+  std::map<std::string, std::string> base_acked;
+  {
+    Child child({"serve", "--dir", base, "--listen", "127.0.0.1:0", "--checkpoint-interval", "1h"},
+                true);
+    std::string seen;
+    SweepWorkload(ServingPortOf(&child, &seen), 500, &base_acked);
+    REQUIRE(!base_acked.empty());
+    CHECK(child.Stop(SIGKILL) == -1);
+  }
+  std::vector<std::string> fired, missed;
+  for (const std::string& point : fault::KillPointNames()) {
+    INFO(point);
+    const std::string dir = TempDir();
+    std::filesystem::copy(base, dir, std::filesystem::copy_options::recursive |
+                                         std::filesystem::copy_options::overwrite_existing);
+    std::unique_ptr<Child> child;
+    {
+      EnvScope env("DEUTERON_KILL_POINT", point + ":1");
+      child = std::make_unique<Child>(
+          std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0",
+                                   "--checkpoint-interval", "20ms"},
+          true);
+    }
+    std::string out;
+    uint16_t port = 0;
+    for (std::string line; port == 0 && !(line = child->ReadLine()).empty();) {
+      out += line;
+      if (line.find(": serving ") != std::string::npos) port = test::ServingPort(line);
+    }
+    std::map<std::string, std::string> acked = base_acked;
+    if (port != 0) {
+      SweepWorkload(port, 3000, &acked);
+      kill(child->pid(), SIGTERM);
+    }
+    out += child->ReadAll();
+    int status = 0;
+    REQUIRE(waitpid(child->pid(), &status, 0) == child->pid());
+    const bool died = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    const bool line = out.find("deuteron: kill point " + point + "\n") != std::string::npos;
+    INFO(out);
+    CHECK(died == line);
+    (line ? fired : missed).push_back(point);
+    if (!line) continue;
+    // Recovery after the kill: every acknowledged commit is there.
+    Child again({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
+    std::string seen;
+    const uint16_t p2 = ServingPortOf(&again, &seen);
+    auto c = client::Client::Connect(Address(p2));
+    REQUIRE(c.ok());
+    auto t = (*c)->Begin();
+    REQUIRE(t.ok());
+    int wrong = 0;
+    for (const auto& [k, v] : acked) {
+      Result<std::string> got = (*t)->Get(k);
+      if (v.empty() ? !got.status().IsNotFound() : (!got.ok() || *got != v)) ++wrong;
+    }
+    (*t)->Abort();
+    CHECK(wrong == 0);
+    CHECK(again.Stop(SIGTERM) == 0);
+  }
+  std::string fired_list, missed_list;
+  for (const std::string& p : fired) fired_list += " " + p;
+  for (const std::string& p : missed) missed_list += " " + p;
+  WARN("fired:" << fired_list << "\nnot reached:" << missed_list);
+  for (const std::string& p : missed) {
+    INFO(p);
+    CHECK(p.rfind("dc.clean.", 0) == 0);  // only cleaning is out of reach
+  }
 }
 
 }  // namespace deuteron

@@ -234,18 +234,21 @@ TEST_CASE("fault hooks: SIGUSR2 under powerloss loses the commits ack_before_syn
   CHECK(MissingCommits(dir, kCommits) > 0);
 }
 
-TEST_CASE("fault hooks: an injected ENOSPC is a typed error, not an acknowledgement",
+TEST_CASE("fault hooks: an injected ENOSPC or EIO is a typed error, not an acknowledgement",
           "[tc][cli][faulthooks]") {
   REQUIRE(fault::HooksCompiled());
+  const std::string mode = GENERATE(std::string("enospc"), std::string("eio"));
+  const std::string code = mode == "enospc" ? "NoSpace" : "IOError";
+  const std::string injected = mode == "enospc" ? "injected ENOSPC" : "injected EIO";
   // N doubles until the Nth write or sync comes after the start.
   bool failed_at_start = false;
   for (uint64_t n = 16;; n *= 2) {
-    INFO("enospc:" << n);
+    INFO(mode << ":" << n);
     REQUIRE(n < 100000);
     const std::string dir = TempDir();
     std::unique_ptr<Child> child;
     {
-      EnvScope env("DEUTERON_FAULT_ENV", "enospc:" + std::to_string(n));
+      EnvScope env("DEUTERON_FAULT_ENV", mode + ":" + std::to_string(n));
       child = std::make_unique<Child>(
           std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
     }
@@ -258,8 +261,8 @@ TEST_CASE("fault hooks: an injected ENOSPC is a typed error, not an acknowledgem
     if (port == 0) {
       // Failed while starting: a typed error, exit 1, no crash.
       INFO(out);
-      CHECK(out.find("NoSpace") != std::string::npos);
-      CHECK(out.find("injected ENOSPC") != std::string::npos);
+      CHECK(out.find(code) != std::string::npos);
+      CHECK(out.find(injected) != std::string::npos);
       CHECK(child->Wait() == 1);
       failed_at_start = true;
       continue;
@@ -269,7 +272,7 @@ TEST_CASE("fault hooks: an injected ENOSPC is a typed error, not an acknowledgem
     INFO("acknowledged " << acked << ", then " << error.ToString());
     CHECK(!error.ok());
     CHECK(error.code() != Code::kInternal);
-    CHECK(error.ToString().find("injected") != std::string::npos);
+    CHECK(error.ToString().find(injected) != std::string::npos);
     // The server reports the failure; it does not crash.
     CHECK(child->Stop(SIGTERM) >= 0);
     CheckCommitted(dir, acked);

@@ -224,17 +224,24 @@ class FreezableEnv final : public EnvWrapper {
 // The SIGUSR2 thread: SIGUSR2 is blocked in every thread (the mask is set
 // before any thread starts and inherited), and taken here with sigwait, so
 // the crash runs as ordinary code, not in a signal handler.
+// The thread itself starts with every signal blocked, so that it never
+// takes a signal meant for the main thread (the servers' SIGINT/SIGTERM,
+// blocked there later and taken with sigwait).
 void StartPowerLossThread() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
   std::thread([set] {
     int sig = 0;
     while (sigwait(&set, &sig) != 0 || sig != SIGUSR2) {
     }
     PowerLoss();
   }).detach();
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 // ------------------------------------------------------------- parsing

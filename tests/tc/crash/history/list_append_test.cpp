@@ -84,6 +84,14 @@ TEST_CASE("list append: concurrent clients of a real store leave a serializable 
   CHECK(unexpected.load() == 0);
   CHECK(CountOutcome(history, TxnOutcome::kOk) > kThreads * kEach / 4);
   CHECK(CountOutcome(history, TxnOutcome::kInfo) == 0);
+  size_t reads = 0, appends = 0;
+  for (size_t i = 0; i + 1 < history.transactions().size(); ++i) {  // not ReadAll's
+    for (const HistoryOp& op : history.transactions()[i].ops) {
+      (op.kind == HistoryOp::Kind::kRead ? reads : appends) += 1;
+    }
+  }
+  CHECK(reads > 0);
+  CHECK(appends > 0);
   const IsolationReport r = CheckHistory(history);
   Report(r);
   CHECK(r.ok());

@@ -1,4 +1,5 @@
 // History (tc/crash/history/history.h): recording and the JSON-lines form.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "tc/crash/history/history.h"
+#include "tc/crash/history/history_check.h"
 
 namespace deuteron::crash {
 namespace {
@@ -133,6 +135,43 @@ TEST_CASE("history: concurrent recording keeps every transaction and value", "[h
   for (const HistoryTxn& t : h.transactions()) values.push_back(t.ops[0].value);
   std::sort(values.begin(), values.end());
   CHECK(std::adjacent_find(values.begin(), values.end()) == values.end());
+}
+
+// The offline check behind `history_check FILE`: its exit status and output.
+TEST_CASE("history: a saved history is checked offline", "[history]") {
+  const std::string path = TempPath("offline");
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  REQUIRE(out != nullptr);
+  REQUIRE(err != nullptr);
+  auto read_back = [](std::FILE* f) {
+    std::string text(4096, '\0');
+    std::rewind(f);
+    text.resize(std::fread(text.data(), 1, text.size(), f));
+    std::rewind(f);
+    return text;
+  };
+  // Write skew: two transactions each read what the other appends to.
+  WriteFile(path,
+            "{\"id\":1,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[]],[\"append\",\"y\",2]]}\n"
+            "{\"id\":2,\"status\":\"ok\",\"ops\":[[\"r\",\"y\",[]],[\"append\",\"x\",1]]}\n");
+  CHECK(CheckHistoryFile(path, out, err) == 0);  // nothing read the appends yet
+  CHECK(read_back(out).find("\"anomalies\":[]") != std::string::npos);
+  WriteFile(path,
+            "{\"id\":1,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[]],[\"append\",\"y\",2]]}\n"
+            "{\"id\":2,\"status\":\"ok\",\"ops\":[[\"r\",\"y\",[]],[\"append\",\"x\",1]]}\n"
+            "{\"id\":3,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[1]],[\"r\",\"y\",[2]]]}\n");
+  std::FILE* out2 = std::tmpfile();
+  REQUIRE(out2 != nullptr);
+  CHECK(CheckHistoryFile(path, out2, err) == 1);
+  CHECK(read_back(out2).find("G2: cycle T1 -rw-> T2 -rw-> T1") != std::string::npos);
+  WriteFile(path, "{\"id\":1\n");
+  CHECK(CheckHistoryFile(path, out, err) == 2);
+  CHECK(read_back(err).find("InvalidArgument") != std::string::npos);
+  std::fclose(out);
+  std::fclose(out2);
+  std::fclose(err);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

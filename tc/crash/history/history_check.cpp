@@ -14,7 +14,7 @@ int CheckHistoryFile(const std::string& path, std::FILE* out, std::FILE* err) {
   }
   const IsolationReport report = CheckHistory(**history);
   std::fprintf(out, "%s\n", ReportToJson(report).c_str());
-  return 0;
+  return report.ok() ? 0 : 1;
 }
 
 }  // namespace deuteron::crash

@@ -1,0 +1,302 @@
+#include "tc/crash/crash_test.h"
+
+#include <cstdarg>
+#include <filesystem>
+#include <functional>
+#include <thread>
+#include <utility>
+
+#include "tc/crash/bitflip.h"
+#include "tc/crash/run_program.h"
+
+namespace deuteron::crash {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+client::RemoteOptions ClientOptions(uint32_t threads) {
+  client::RemoteOptions ro;
+  ro.connect_timeout_ms = 1000;
+  ro.send_timeout_ms = 5000;
+  ro.recv_timeout_ms = 15000;
+  ro.max_idle_connections = threads + 2;
+  return ro;
+}
+
+}  // namespace
+
+CrashTest::CrashTest(CrashOptions o)
+    : o_(std::move(o)),
+      cluster_(ClusterOptions{.program = o_.program, .dir = o_.dir}) {
+  report_.seed = o_.seed;
+}
+
+CrashTest::~CrashTest() = default;
+
+void CrashTest::Progress(const char* format, ...) {
+  if (o_.progress == nullptr) return;
+  va_list ap;
+  va_start(ap, format);
+  std::fputs("crashtest: ", o_.progress);
+  std::vfprintf(o_.progress, format, ap);
+  std::fputc('\n', o_.progress);
+  std::fflush(o_.progress);
+  va_end(ap);
+}
+
+void CrashTest::Violation(const std::string& what) {
+  report_.violations.push_back(what);
+  Progress("VIOLATION: %s", what.c_str());
+}
+
+Status CrashTest::StartBoth() {
+  if (!cluster_.dc_running()) {
+    if (Status s = cluster_.StartDc(); !s.ok()) return s;
+  }
+  if (!cluster_.tc_running()) {
+    if (Status s = cluster_.StartTc(); !s.ok()) return s;
+  }
+  return Status::OK();
+}
+
+Result<std::unique_ptr<client::Client>> CrashTest::AwaitReady(milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  Status last = Status::Unavailable("no attempt");
+  while (Clock::now() < deadline) {
+    Result<std::unique_ptr<client::Client>> c =
+        client::Client::Connect(cluster_.tc_address(), ClientOptions(o_.bank.threads));
+    if (c.ok()) {
+      last = (*c)->Run([](client::Transaction& t) -> Status {
+        Status g = t.Get(AccountKey(0)).status();
+        return g.code() == Code::kNotFound ? Status::OK() : g;  // served: not loaded yet
+      });
+      if (last.ok()) return c;
+      if (!client::IsRetryable(last) && last.code() != Code::kShuttingDown) return last;
+    } else {
+      last = c.status();
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return Status::Unavailable("no transaction served within " + std::to_string(timeout.count()) +
+                             " ms of the restart: " + last.ToString());
+}
+
+Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<void()>& fault) {
+  const auto span = static_cast<uint64_t>((o_.max_window - o_.min_window).count());
+  const milliseconds window = o_.min_window + milliseconds(rng.Uniform(span + 1));
+  const uint64_t load_seed = rng.Next();
+  Result<std::unique_ptr<client::Client>> c =
+      client::Client::Connect(cluster_.tc_address(), ClientOptions(o_.bank.threads));
+  if (!c.ok()) return c.status();
+  {
+    TransferLoad load(c->get(), oracle_.get(), o_.bank, load_seed);
+    load.Start();
+    std::this_thread::sleep_for(window);
+    fault();
+    load.Stop();
+  }
+  (void)cycle;
+  return Status::OK();
+}
+
+Status CrashTest::Verify(client::Client& client, const std::string& what) {
+  Result<StoreContents> contents = ReadStore(client, o_.bank, "");
+  if (!contents.ok()) return contents.status();
+  report_.keys_checked += contents->keys;
+  for (const std::string& p : contents->problems) Violation(what + ": " + p);
+  const cli::BankVerdict v = oracle_->Verify(contents->balances);
+  const uint64_t acked = oracle_->acknowledged();
+  report_.acknowledged += acked;
+  report_.unknown += oracle_->in_doubt();
+  if (v.ok && contents->problems.empty()) {
+    report_.verified += acked;
+  } else if (!v.ok) {
+    Violation(what + ": " + v.detail);
+  }
+  // The next cycle starts from what the store holds now (verified, or the
+  // violation recorded and not counted twice).
+  oracle_ = std::make_unique<cli::BankOracle>(contents->balances);
+  return Status::OK();
+}
+
+Status CrashTest::StopAndCheck(const std::string& what) {
+  if (cluster_.tc_running()) {
+    if (Status s = cluster_.StopTc(); !s.ok()) Violation(what + ": clean stop of the TC: " + s.ToString());
+  }
+  if (cluster_.dc_running()) {
+    if (Status s = cluster_.StopDc(); !s.ok()) Violation(what + ": clean stop of the DC: " + s.ToString());
+  }
+  for (const auto& [name, dir] : {std::pair<std::string, std::string>{"tc", cluster_.tc_dir()},
+                                  {"dc", cluster_.dc_dir()}}) {
+    const std::string out = o_.dir + "/check-" + name + ".out";
+    Result<int> rc = RunProgram(o_.program, {"check", "--dir", dir, "--scratch", o_.dir}, out);
+    if (!rc.ok()) return rc.status();
+    ++report_.store_checks;
+    if (*rc != 0) {
+      Violation(what + ": deuteron check --dir " + dir + " exited " + std::to_string(*rc) +
+                " (its output: " + out + ")");
+      // Keep that output for the reader.
+      std::error_code ec;
+      std::filesystem::copy_file(out, out + "." + std::to_string(report_.store_checks),
+                                 std::filesystem::copy_options::overwrite_existing, ec);
+    }
+  }
+  return Status::OK();
+}
+
+Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
+  const uint64_t target = rng.Uniform(3);  // 0 the TC, 1 the DC, 2 both
+  static constexpr const char* kTargets[] = {"tc", "dc", "both"};
+  Status s = RunLoad(rng, cycle, [&] {
+    if (target != 1) cluster_.KillTc();
+    if (target != 0) cluster_.KillDc();
+  });
+  if (!s.ok()) return s;
+  ++report_.faults[static_cast<size_t>(FaultKind::kKill)];
+  const auto start = Clock::now();
+  if (Status r = StartBoth(); !r.ok()) return r;
+  Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+  if (!c.ok()) return c.status();
+  const double ms = MsSince(start);
+  report_.recovery_ms.push_back(ms);
+  const uint64_t acked = oracle_->acknowledged(), doubt = oracle_->in_doubt();
+  const std::string what = "cycle " + std::to_string(cycle) + " (kill " + kTargets[target] + ")";
+  if (Status v = Verify(**c, what); !v.ok()) {
+    Violation(what + ": reading the recovered store failed: " + v.ToString());
+  }
+  Progress("cycle %llu/%llu kill %s: %llu acknowledged, %llu in doubt; recovered in %.0f ms",
+           static_cast<unsigned long long>(cycle), static_cast<unsigned long long>(o_.cycles),
+           kTargets[target], static_cast<unsigned long long>(acked),
+           static_cast<unsigned long long>(doubt), ms);
+  return Status::OK();
+}
+
+Status CrashTest::BitflipCycle(Random64& rng, uint64_t cycle) {
+  // Some committed work, then a clean stop: nothing is in doubt, so a
+  // flipped bit is the only thing that can change what the store holds.
+  Status s = RunLoad(rng, cycle, [] {});
+  if (!s.ok()) return s;
+  const std::string what = "cycle " + std::to_string(cycle) + " (bitflip)";
+  if (Status st = cluster_.StopTc(); !st.ok()) Violation(what + ": clean stop of the TC: " + st.ToString());
+  if (Status st = cluster_.StopDc(); !st.ok()) Violation(what + ": clean stop of the DC: " + st.ToString());
+  const std::string backup = o_.dir + "/bitflip-backup";
+  std::error_code ec;
+  std::filesystem::create_directories(backup, ec);
+  if (Status c = CopyTree(cluster_.tc_dir(), backup + "/tc"); !c.ok()) return c;
+  if (Status c = CopyTree(cluster_.dc_dir(), backup + "/dc"); !c.ok()) return c;
+  Result<Flip> flip = FlipRandomBit(cluster_.tc_dir(), cluster_.dc_dir(), rng);
+  if (!flip.ok()) return flip.status();
+  ++report_.faults[static_cast<size_t>(FaultKind::kBitflip)];
+  // What `deuteron check` says of the damaged store (it checks every
+  // buffer's checksum, also where the servers would read no record).
+  for (const std::string& dir : {cluster_.tc_dir(), cluster_.dc_dir()}) {
+    Result<int> rc = RunProgram(o_.program, {"check", "--no-tree", "--dir", dir}, o_.dir + "/check-bitflip.out");
+    if (!rc.ok()) return rc.status();
+    if (*rc != 0) ++report_.bitflips_found_by_check;
+  }
+  const auto start = Clock::now();
+  // Outcomes: refused at start or an error when read (detected), or served
+  // and verified (the flip hit bytes nothing reads). Served and wrong: a
+  // violation (Verify records it).
+  std::string detected;
+  if (Status st = StartBoth(); !st.ok()) {
+    detected = "refused at start: " + st.ToString();
+  } else {
+    Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+    if (!c.ok()) {
+      detected = "no transaction served: " + c.status().ToString();
+    } else {
+      report_.recovery_ms.push_back(MsSince(start));
+      if (Status v = Verify(**c, what + " at " + flip->ToString()); !v.ok()) {
+        detected = "reading failed: " + v.ToString();
+      }
+    }
+  }
+  if (detected.empty()) {
+    ++report_.bitflips_harmless;
+    Progress("cycle %llu/%llu bitflip %s: recovered and verified (nothing read the flipped bit)",
+             static_cast<unsigned long long>(cycle), static_cast<unsigned long long>(o_.cycles),
+             flip->ToString().c_str());
+  } else {
+    ++report_.bitflips_detected;
+    const size_t nl = detected.find('\n');
+    Progress("cycle %llu/%llu bitflip %s: detected: %s", static_cast<unsigned long long>(cycle),
+             static_cast<unsigned long long>(o_.cycles), flip->ToString().c_str(),
+             detected.substr(0, nl).c_str());
+  }
+  // Put the store back as it was before the flip, either way, so that no
+  // later cycle (nor `deuteron check`) meets this damage again. The copy
+  // holds what was just verified (the read changed nothing).
+  cluster_.KillTc();
+  cluster_.KillDc();
+  if (Status c = CopyTree(backup + "/tc", cluster_.tc_dir()); !c.ok()) return c;
+  if (Status c = CopyTree(backup + "/dc", cluster_.dc_dir()); !c.ok()) return c;
+  const auto restart = Clock::now();
+  if (Status st = StartBoth(); !st.ok()) return st;
+  Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+  if (!c.ok()) return c.status();
+  report_.recovery_ms.push_back(MsSince(restart));
+  if (Status v = Verify(**c, what + " (restored)"); !v.ok()) {
+    Violation(what + ": reading the restored store failed: " + v.ToString());
+  }
+  return Status::OK();
+}
+
+Result<CrashReport> CrashTest::Run() {
+  Progress("seed %llu: %llu cycles in %s", static_cast<unsigned long long>(o_.seed),
+           static_cast<unsigned long long>(o_.cycles), o_.dir.c_str());
+  if (Status s = StartBoth(); !s.ok()) return s;
+  {
+    Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+    if (!c.ok()) return c.status();
+    if (Status s = LoadAccounts(**c, o_.bank); !s.ok()) return s;
+  }
+  oracle_ = std::make_unique<cli::BankOracle>(o_.bank.accounts, o_.bank.initial_balance);
+  Random64 rng(o_.seed);
+  std::vector<FaultKind> round;
+  for (uint64_t cycle = 1; cycle <= o_.cycles; ++cycle) {
+    // Each round of |faults| cycles uses every kind once, in a seeded order.
+    if (round.empty()) {
+      round = o_.faults;
+      for (size_t i = round.size(); i > 1; --i) std::swap(round[i - 1], round[rng.Uniform(i)]);
+    }
+    const FaultKind kind = round.back();
+    round.pop_back();
+    Status s;
+    switch (kind) {
+      case FaultKind::kKill:
+        s = KillCycle(rng, cycle);
+        break;
+      case FaultKind::kBitflip:
+        s = BitflipCycle(rng, cycle);
+        break;
+      default:
+        s = Status::NotSupported("fault " + std::string(FaultName(kind)) + " is not available");
+    }
+    if (!s.ok()) {
+      Violation("cycle " + std::to_string(cycle) + " (" + std::string(FaultName(kind)) +
+                "): the servers did not come back: " + s.ToString());
+      break;
+    }
+    report_.cycles = cycle;
+    if (o_.check_every != 0 && cycle % o_.check_every == 0 && cycle != o_.cycles) {
+      if (Status c = StopAndCheck("after cycle " + std::to_string(cycle)); !c.ok()) return c;
+      if (Status r = StartBoth(); !r.ok()) {
+        Violation("after cycle " + std::to_string(cycle) + ": a clean restart failed: " + r.ToString());
+        break;
+      }
+    }
+  }
+  if (Status c = StopAndCheck("at the end"); !c.ok()) return c;
+  Progress("%llu cycles, %zu violation%s", static_cast<unsigned long long>(report_.cycles),
+           report_.violations.size(), report_.violations.size() == 1 ? "" : "s");
+  return report_;
+}
+
+}  // namespace deuteron::crash

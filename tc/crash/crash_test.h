@@ -1,0 +1,92 @@
+// The crash-and-recover driver behind `deuteron crashtest` (tc/crash/crash.md):
+// runs cycles against a `deuteron dc` + `deuteron tc` pair on loopback; each
+// cycle runs the bank workload, injects one fault (chosen by the seed),
+// restarts what died, measures the time until a transaction is served
+// again, and checks the recovered store against the expected-state oracle
+// (tc/cli/bank_oracle.h) and the bank invariant. Every `check_every` cycles
+// and at the end it stops both servers cleanly and runs `deuteron check` on
+// their directories. All choices (fault order, targets, moments, bits,
+// client randomness) come from the one seed.
+//
+// Thread safety: a CrashTest is run once, by one thread (it starts its own
+// client threads).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/random.h"
+#include "common/status.h"
+#include "tc/cli/bank_oracle.h"
+#include "tc/client/client.h"
+#include "tc/crash/bank_load.h"
+#include "tc/crash/cluster.h"
+#include "tc/crash/crash_report.h"
+#include "tc/crash/faults.h"
+
+namespace deuteron::crash {
+
+struct CrashOptions {
+  uint64_t cycles = 10;
+  uint64_t seed = 1;
+  std::vector<FaultKind> faults = {FaultKind::kKill};
+  std::string program;  // the deuteron executable the servers run
+  std::string dir;      // the run directory (must exist and be empty)
+  BankOptions bank;
+  // The workload runs a uniform random time in [min_window, max_window]
+  // before the fault.
+  std::chrono::milliseconds min_window{30};
+  std::chrono::milliseconds max_window{300};
+  // Stop cleanly and run `deuteron check` every this many cycles (0: only
+  // after the last).
+  uint64_t check_every = 10;
+  // How long a restarted pair may take to serve a transaction again.
+  std::chrono::milliseconds recovery_timeout{60000};
+  FILE* progress = stderr;  // one line per cycle; nullptr: silent
+};
+
+class CrashTest {
+ public:
+  explicit CrashTest(CrashOptions o);
+  ~CrashTest();
+
+  // Runs the cycles. The report holds every violation found; a setup
+  // failure (the servers do not start at all) is the returned error.
+  Result<CrashReport> Run();
+
+ private:
+  struct LoadResult;
+
+  // One cycle per fault kind. An error ends the run (recorded as a
+  // violation by the caller): the pair could not be brought back.
+  Status KillCycle(Random64& rng, uint64_t cycle);
+  Status BitflipCycle(Random64& rng, uint64_t cycle);
+
+  // Runs the bank workload for a random window, then calls `fault` while
+  // the clients are still running, then stops them.
+  Status RunLoad(Random64& rng, uint64_t cycle, const std::function<void()>& fault);
+  // Connects to the TC until a transaction succeeds; the client, or
+  // Unavailable after recovery_timeout.
+  Result<std::unique_ptr<client::Client>> AwaitReady(std::chrono::milliseconds timeout);
+  // Reads the store back and checks it against the oracle, then starts the
+  // oracle afresh from what was read. `what` names the cycle in violations.
+  // Errors: what reading returned (the caller decides whether an error is
+  // a detection or a failure).
+  Status Verify(client::Client& client, const std::string& what);
+  // Stops both servers cleanly and runs `deuteron check` on each directory.
+  Status StopAndCheck(const std::string& what);
+  Status StartBoth();
+  void Violation(const std::string& what);
+  void Progress(const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+  const CrashOptions o_;
+  Cluster cluster_;
+  std::unique_ptr<cli::BankOracle> oracle_;
+  CrashReport report_;
+};
+
+}  // namespace deuteron::crash

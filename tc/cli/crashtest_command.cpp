@@ -15,6 +15,7 @@
 
 #include <thrift/TOutput.h>
 
+#include "common/fault_hooks.h"
 #include "common/logging.h"
 #include "tc/crash/crash_test.h"
 #include "tc/crash/faults.h"
@@ -33,6 +34,9 @@ struct CrashtestArgs {
   uint32_t threads = 3;
   uint64_t check_every = 10;
   uint64_t min_window_ms = 30, max_window_ms = 300;
+  bool list_kill_points = false;
+  bool check_crashed = false;
+  std::string kill_point_probability = "0.01";
 };
 
 std::string Self() {
@@ -43,15 +47,25 @@ std::string Self() {
 }
 
 int RunCrashtest(const CrashtestArgs& a) {
+  if (a.list_kill_points) {
+    for (const std::string& name : fault::KillPointNames()) std::printf("%s\n", name.c_str());
+    return 0;
+  }
   Result<std::vector<crash::FaultKind>> kinds = crash::ParseFaults(a.faults);
   if (!kinds.ok()) {
     std::fprintf(stderr, "deuteron crashtest: --faults: %s\n", std::string(kinds.status().message()).c_str());
     return 2;
   }
   for (crash::FaultKind k : *kinds) {
-    if (k != crash::FaultKind::kKill && k != crash::FaultKind::kBitflip) {
-      std::fprintf(stderr, "deuteron crashtest: fault \"%s\" is not available in this version\n",
+    if (crash::NeedsHooks(k) && !fault::HooksCompiled()) {
+      std::fprintf(stderr,
+                   "deuteron crashtest: fault \"%s\" needs a build with fault hooks (DEUTERON_FAULT_HOOKS: "
+                   "the debug, asan or tsan preset)\n",
                    std::string(crash::FaultName(k)).c_str());
+      return 2;
+    }
+    if (k == crash::FaultKind::kRpc) {
+      std::fprintf(stderr, "deuteron crashtest: fault \"rpc\" is not available in this version\n");
       return 2;
     }
   }
@@ -65,6 +79,8 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.bank.accounts = a.accounts;
   o.bank.threads = a.threads;
   o.check_every = a.check_every;
+  o.kill_point_probability = a.kill_point_probability;
+  o.check_crashed = a.check_crashed;
   o.min_window = std::chrono::milliseconds(a.min_window_ms);
   o.max_window = std::chrono::milliseconds(a.max_window_ms);
   std::error_code ec;
@@ -141,9 +157,18 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
   cmd->add_option("--seed", a->seed, "the seed of every choice (default: from the clock, printed)")
       ->type_name("S");
   cmd->add_option("--faults", a->faults,
-                  "comma-separated fault kinds: kill, bitflip (killpoint, powerloss, torn, enospc, "
-                  "eio, rpc: not in this version)")
+                  "comma-separated fault kinds: kill, killpoint, powerloss, torn, bitflip, enospc, eio "
+                  "(all but kill and bitflip need a build with fault hooks)")
       ->type_name("LIST");
+  cmd->add_flag("--list-kill-points", a->list_kill_points,
+                "print the kill points compiled into this build, one per line, and exit");
+  cmd->add_option("--kill-point-probability", a->kill_point_probability,
+                  "killpoint: the chance of dying at each hit of any kill point, in (0,1]")
+      ->check(CLI::Range(1e-9, 1.0).description(""))
+      ->type_name("P");
+  cmd->add_flag("--check-crashed", a->check_crashed,
+                "also run `deuteron check` on the store after each kill of both servers, before the "
+                "restart (counted, not a violation)");
   cmd->add_flag("--json", a->json, "print the report as one JSON object on standard output");
   cmd->add_option("--dir", a->dir,
                   "a new or empty run directory, kept (default: a temporary one, removed when clean)")

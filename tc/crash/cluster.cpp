@@ -1,5 +1,7 @@
 #include "tc/crash/cluster.h"
 
+#include <signal.h>
+
 namespace deuteron::crash {
 
 namespace {
@@ -67,6 +69,13 @@ Status Cluster::StartTc(const std::vector<std::string>& env) {
     return Status::Internal("no port in: " + *line);
   }
   return Status::OK();
+}
+
+void Cluster::SignalDc(int sig) {
+  if (dc_ != nullptr) ::kill(dc_->pid(), sig);
+}
+void Cluster::SignalTc(int sig) {
+  if (tc_ != nullptr) ::kill(tc_->pid(), sig);
 }
 
 void Cluster::KillDc() { dc_.reset(); }

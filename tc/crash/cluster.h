@@ -55,6 +55,9 @@ class Cluster {
   // server exited without one; afterwards the server counts as stopped.
   Result<std::string> WaitDcLine(const std::string& prefix, std::chrono::milliseconds timeout);
   Result<std::string> WaitTcLine(const std::string& prefix, std::chrono::milliseconds timeout);
+  // Sends `sig` to the server (a no-op when not running).
+  void SignalDc(int sig);
+  void SignalTc(int sig);
   // Forgets a server known to be dead (reaps it).
   void ReapDc() { KillDc(); }
   void ReapTc() { KillTc(); }

@@ -47,6 +47,14 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
          std::to_string(faults[static_cast<size_t>(enabled[i])]);
   }
   j += "},\"kill_points_hit\":" + std::to_string(kill_points_hit);
+  j += ",\"kill_point_names\":{";
+  bool first = true;
+  for (const auto& [name, n] : kill_point_names) {
+    if (!first) j += ",";
+    first = false;
+    j += JsonString(name) + ":" + std::to_string(n);
+  }
+  j += "}";
   j += ",\"acknowledged\":" + std::to_string(acknowledged);
   j += ",\"verified\":" + std::to_string(verified);
   j += ",\"unknown\":" + std::to_string(unknown);
@@ -60,6 +68,11 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
   j += ",\"bitflips_detected\":" + std::to_string(bitflips_detected);
   j += ",\"bitflips_harmless\":" + std::to_string(bitflips_harmless);
   j += ",\"bitflips_found_by_check\":" + std::to_string(bitflips_found_by_check);
+  j += ",\"io_faults_survived\":" + std::to_string(io_faults_survived);
+  if (crashed_store_checks > 0) {
+    j += ",\"crashed_store_checks\":" + std::to_string(crashed_store_checks);
+    j += ",\"crashed_store_check_failures\":" + std::to_string(crashed_store_check_failures);
+  }
   j += ",\"store_checks\":" + std::to_string(store_checks);
   j += ",\"violations\":[";
   for (size_t i = 0; i < violations.size(); ++i) {

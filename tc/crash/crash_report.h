@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct CrashReport {
   uint64_t cycles = 0;  // cycles run to the end
   FaultCounts faults{};  // faults injected, per kind
   uint64_t kill_points_hit = 0;
+  std::map<std::string, uint64_t> kill_point_names;  // hits per kill point
+  uint64_t io_faults_survived = 0;  // enospc/eio cycles where the server kept running
   uint64_t acknowledged = 0;  // transfers acknowledged to a client
   uint64_t verified = 0;      // of those, found with their effects after a recovery
   uint64_t unknown = 0;       // commits in doubt (reply lost), resolved either way
@@ -25,6 +28,8 @@ struct CrashReport {
   uint64_t bitflips_detected = 0;  // a flip reported as an error (at start or when read)
   uint64_t bitflips_harmless = 0;  // a flip in dead bytes: the store recovered and verified
   uint64_t bitflips_found_by_check = 0;  // `deuteron check` on the flipped store failed
+  uint64_t crashed_store_checks = 0;          // --check-crashed runs
+  uint64_t crashed_store_check_failures = 0;  // of those, not clean
   uint64_t store_checks = 0;       // `deuteron check` runs on the stopped store
   std::vector<double> recovery_ms;  // restart to first transaction served, per recovery
   std::vector<std::string> violations;

@@ -1,5 +1,7 @@
 #include "tc/crash/crash_test.h"
 
+#include <signal.h>
+
 #include <cstdarg>
 #include <filesystem>
 #include <functional>
@@ -159,6 +161,24 @@ Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
   });
   if (!s.ok()) return s;
   ++report_.faults[static_cast<size_t>(FaultKind::kKill)];
+  if (target == 2 && o_.check_crashed) {
+    // Both down: what `deuteron check` says of a crashed store (crash.md).
+    for (const std::string& dir : {cluster_.tc_dir(), cluster_.dc_dir()}) {
+      const std::string out = o_.dir + "/check-crashed.out";
+      Result<int> rc = RunProgram(o_.program, {"check", "--dir", dir, "--scratch", o_.dir}, out);
+      if (!rc.ok()) return rc.status();
+      ++report_.crashed_store_checks;
+      if (*rc != 0) {
+        ++report_.crashed_store_check_failures;
+        std::error_code ec;
+        std::filesystem::copy_file(out, out + "." + std::to_string(report_.crashed_store_checks),
+                                   std::filesystem::copy_options::overwrite_existing, ec);
+        Progress("cycle %llu: deuteron check on the crashed %s failed (%s.%llu)",
+                 static_cast<unsigned long long>(cycle), dir.c_str(), out.c_str(),
+                 static_cast<unsigned long long>(report_.crashed_store_checks));
+      }
+    }
+  }
   const auto start = Clock::now();
   if (Status r = StartBoth(); !r.ok()) return r;
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
@@ -248,6 +268,131 @@ Status CrashTest::BitflipCycle(Random64& rng, uint64_t cycle) {
   return Status::OK();
 }
 
+bool CrashTest::CountKillPoint(const std::string& text) {
+  static const std::string kLine = "deuteron: kill point ";
+  const size_t at = text.find(kLine);
+  if (at == std::string::npos) return false;
+  const size_t end = text.find('\n', at);
+  const std::string name =
+      text.substr(at + kLine.size(), end == std::string::npos ? std::string::npos : end - at - kLine.size());
+  ++report_.kill_points_hit;
+  ++report_.kill_point_names[name];
+  return true;
+}
+
+Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
+  // 0 the TC, 1 the DC, 2 both (power loss and torn writes only).
+  const bool both_ok = kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn;
+  const uint64_t target = rng.Uniform(both_ok ? 3 : 2);
+  static constexpr const char* kTargets[] = {"tc", "dc", "both"};
+  const bool on_tc = target != 1, on_dc = target != 0;
+  const uint64_t fault_seed = rng.Next() % 1000000007;
+  std::string env;
+  std::string expect;  // the line the server writes as it dies of the fault
+  switch (kind) {
+    case FaultKind::kKillPoint:
+      env = "DEUTERON_KILL_POINT=*:" + o_.kill_point_probability + ":" + std::to_string(fault_seed);
+      expect = "deuteron: kill point";
+      break;
+    case FaultKind::kPowerLoss:
+      env = "DEUTERON_FAULT_ENV=powerloss,seed:" + std::to_string(fault_seed);
+      expect = "deuteron: power loss";
+      break;
+    case FaultKind::kTorn:
+      env = "DEUTERON_FAULT_ENV=torn,seed:" + std::to_string(fault_seed);
+      expect = "deuteron: torn write";
+      break;
+    case FaultKind::kEnospc:
+    case FaultKind::kEio:
+      env = "DEUTERON_FAULT_ENV=" + std::string(kind == FaultKind::kEnospc ? "enospc:" : "eio:") +
+            std::to_string(1 + rng.Uniform(o_.io_fault_max_n)) + ",seed:" + std::to_string(fault_seed);
+      break;
+    default:
+      return Status::InvalidArgument("not a hook fault");
+  }
+  const std::string what = "cycle " + std::to_string(cycle) + " (" + std::string(FaultName(kind)) +
+                           " " + kTargets[target] + ", " + env + ")";
+  // Restart the target with the fault armed (a clean stop first: the fault
+  // is this cycle's only one).
+  if (on_tc) {
+    if (Status st = cluster_.StopTc(); !st.ok()) Violation(what + ": clean stop of the TC: " + st.ToString());
+  }
+  if (on_dc) {
+    if (Status st = cluster_.StopDc(); !st.ok()) Violation(what + ": clean stop of the DC: " + st.ToString());
+  }
+  ++report_.faults[static_cast<size_t>(kind)];
+  bool died_at_start = false;
+  // A server may die of its fault while it starts (a kill point in its
+  // recovery, a failed write): that is the fault, not a violation.
+  auto start_armed = [&](bool dc) -> Status {
+    Status st = dc ? cluster_.StartDc({env}) : cluster_.StartTc({env});
+    if (st.ok()) return st;
+    const std::string text(st.message());
+    if (kind == FaultKind::kKillPoint && CountKillPoint(text)) {
+      died_at_start = true;
+      return Status::OK();
+    }
+    if (kind == FaultKind::kEnospc || kind == FaultKind::kEio) {
+      died_at_start = true;  // it could not write at start and said so
+      return Status::OK();
+    }
+    return st;
+  };
+  if (on_dc) {
+    if (Status st = start_armed(true); !st.ok()) return st;
+  }
+  if (on_tc && !died_at_start) {
+    if (Status st = start_armed(false); !st.ok()) return st;
+  }
+  if (!died_at_start && cluster_.tc_running()) {
+    Status s = RunLoad(rng, cycle, [&] {
+      if (kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn) {
+        if (on_tc) cluster_.SignalTc(SIGUSR2);
+        if (on_dc) cluster_.SignalDc(SIGUSR2);
+      }
+    });
+    if (!s.ok()) Progress("%s: the workload could not start: %s", what.c_str(), s.ToString().c_str());
+  }
+  // Collect how each armed server ended.
+  for (const bool dc : {false, true}) {
+    if (dc ? !on_dc : !on_tc) continue;
+    if (dc ? !cluster_.dc_running() : !cluster_.tc_running()) continue;
+    const milliseconds wait = expect.empty() || kind == FaultKind::kKillPoint ? milliseconds(0)
+                                                                              : milliseconds(10000);
+    Result<std::string> line = dc ? cluster_.WaitDcLine(expect.empty() ? "deuteron: " : expect, wait)
+                                  : cluster_.WaitTcLine(expect.empty() ? "deuteron: " : expect, wait);
+    if (kind == FaultKind::kKillPoint) {
+      if (line.ok()) CountKillPoint(*line);
+    } else if (!expect.empty() && !line.ok()) {
+      Violation(what + ": no \"" + expect + "\" line after SIGUSR2: " + line.status().ToString());
+    } else if (expect.empty()) {
+      if (dc ? cluster_.dc_running() : cluster_.tc_running()) ++report_.io_faults_survived;
+      line.status().PermitUncheckedError();
+    }
+    if (dc) {
+      cluster_.KillDc();
+    } else {
+      cluster_.KillTc();
+    }
+  }
+  // Bring back what is down, unarmed, and verify.
+  const auto start = Clock::now();
+  if (Status r = StartBoth(); !r.ok()) return r;
+  Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+  if (!c.ok()) return c.status();
+  const double ms = MsSince(start);
+  report_.recovery_ms.push_back(ms);
+  const uint64_t acked = oracle_->acknowledged(), doubt = oracle_->in_doubt();
+  if (Status v = Verify(**c, what); !v.ok()) {
+    Violation(what + ": reading the recovered store failed: " + v.ToString());
+  }
+  Progress("cycle %llu/%llu %s %s%s: %llu acknowledged, %llu in doubt; recovered in %.0f ms",
+           static_cast<unsigned long long>(cycle), static_cast<unsigned long long>(o_.cycles),
+           std::string(FaultName(kind)).c_str(), kTargets[target], died_at_start ? " (died starting)" : "",
+           static_cast<unsigned long long>(acked), static_cast<unsigned long long>(doubt), ms);
+  return Status::OK();
+}
+
 Result<CrashReport> CrashTest::Run() {
   Progress("seed %llu: %llu cycles in %s", static_cast<unsigned long long>(o_.seed),
            static_cast<unsigned long long>(o_.cycles), o_.dir.c_str());
@@ -276,8 +421,11 @@ Result<CrashReport> CrashTest::Run() {
       case FaultKind::kBitflip:
         s = BitflipCycle(rng, cycle);
         break;
-      default:
+      case FaultKind::kRpc:
         s = Status::NotSupported("fault " + std::string(FaultName(kind)) + " is not available");
+        break;
+      default:
+        s = HookCycle(kind, rng, cycle);
     }
     if (!s.ok()) {
       Violation("cycle " + std::to_string(cycle) + " (" + std::string(FaultName(kind)) +

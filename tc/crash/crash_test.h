@@ -46,6 +46,15 @@ struct CrashOptions {
   uint64_t check_every = 10;
   // How long a restarted pair may take to serve a transaction again.
   std::chrono::milliseconds recovery_timeout{60000};
+  // After each kill of both servers, run `deuteron check` on the crashed
+  // store too (counted in crashed_store_check_failures, not a violation:
+  // crash.md).
+  bool check_crashed = false;
+  // killpoint: the probability of dying at each hit of any kill point
+  // (DEUTERON_KILL_POINT=*:P:SEED).
+  std::string kill_point_probability = "0.01";
+  // enospc, eio: the Nth counted write or sync fails, N uniform in [1, this].
+  uint64_t io_fault_max_n = 200;
   FILE* progress = stderr;  // one line per cycle; nullptr: silent
 };
 
@@ -65,6 +74,11 @@ class CrashTest {
   // violation by the caller): the pair could not be brought back.
   Status KillCycle(Random64& rng, uint64_t cycle);
   Status BitflipCycle(Random64& rng, uint64_t cycle);
+  // killpoint, powerloss, torn, enospc, eio: the target restarted with the
+  // fault armed through the hooks' environment variables (crash_spec).
+  Status HookCycle(FaultKind kind, Random64& rng, uint64_t cycle);
+  // Counts a "deuteron: kill point NAME" line found in `text`; whether one was.
+  bool CountKillPoint(const std::string& text);
 
   // Runs the bank workload for a random window, then calls `fault` while
   // the clients are still running, then stops them.

@@ -36,6 +36,7 @@ struct CrashtestArgs {
   uint64_t min_window_ms = 30, max_window_ms = 300;
   bool list_kill_points = false;
   bool check_crashed = false;
+  uint32_t list_append_threads = 1;
   std::string kill_point_probability = "0.01";
 };
 
@@ -81,6 +82,7 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.check_every = a.check_every;
   o.kill_point_probability = a.kill_point_probability;
   o.check_crashed = a.check_crashed;
+  o.list_append_threads = a.list_append_threads;
   o.min_window = std::chrono::milliseconds(a.min_window_ms);
   o.max_window = std::chrono::milliseconds(a.max_window_ms);
   std::error_code ec;
@@ -178,6 +180,11 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
       ->check(Within(2, 100000))
       ->type_name("N");
   cmd->add_option("--threads", a->threads, "client threads (1 to 64)")->check(Within(1, 64))->type_name("N");
+  cmd->add_option("--list-append-threads", a->list_append_threads,
+                  "client threads running the list-append workload whose history is checked for "
+                  "isolation anomalies after every recovery (0 to 16; 0: none)")
+      ->check(Within(0, 16))
+      ->type_name("N");
   cmd->add_option("--check-every", a->check_every,
                   "stop cleanly and run `deuteron check` every N cycles (0: only at the end)")
       ->type_name("N");

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <cstdarg>
 #include <filesystem>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "tc/crash/bitflip.h"
+#include "tc/crash/history/isolation_checker.h"
 #include "tc/crash/run_program.h"
 
 namespace deuteron::crash {
@@ -98,17 +100,30 @@ Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<voi
   if (!c.ok()) return c.status();
   {
     TransferLoad load(c->get(), oracle_.get(), o_.bank, load_seed);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> lists;
+    for (uint32_t i = 0; lists_ != nullptr && i < o_.list_append_threads; ++i) {
+      lists.emplace_back([&, i] {
+        Random64 list_rng(load_seed + 7919 * (i + 1));
+        const uint64_t client_id = cycle * 64 + i;
+        while (!stop.load(std::memory_order_relaxed)) {
+          Status st = lists_->RunOne(**c, client_id, list_rng);
+          if (!st.ok()) std::this_thread::sleep_for(milliseconds(2));
+        }
+      });
+    }
     load.Start();
     std::this_thread::sleep_for(window);
     fault();
+    stop.store(true);
     load.Stop();
+    for (std::thread& t : lists) t.join();
   }
-  (void)cycle;
   return Status::OK();
 }
 
 Status CrashTest::Verify(client::Client& client, const std::string& what) {
-  Result<StoreContents> contents = ReadStore(client, o_.bank, "");
+  Result<StoreContents> contents = ReadStore(client, o_.bank, lists_ != nullptr ? lists_->options().key_prefix : "");
   if (!contents.ok()) return contents.status();
   report_.keys_checked += contents->keys;
   for (const std::string& p : contents->problems) Violation(what + ": " + p);
@@ -124,6 +139,17 @@ Status CrashTest::Verify(client::Client& client, const std::string& what) {
   // The next cycle starts from what the store holds now (verified, or the
   // violation recorded and not counted twice).
   oracle_ = std::make_unique<cli::BankOracle>(contents->balances);
+  if (lists_ != nullptr) return CheckLists(client, what);
+  return Status::OK();
+}
+
+Status CrashTest::CheckLists(client::Client& client, const std::string& what) {
+  if (Status s = lists_->ReadAll(client); !s.ok()) return s;
+  const IsolationReport r = CheckHistory(*history_);
+  report_.history_ops_checked = r.ops_checked;
+  for (const std::string& a : r.anomalies) {
+    if (anomalies_seen_.insert(a).second) Violation(what + ": list-append history: " + a);
+  }
   return Status::OK();
 }
 
@@ -403,6 +429,12 @@ Result<CrashReport> CrashTest::Run() {
     if (Status s = LoadAccounts(**c, o_.bank); !s.ok()) return s;
   }
   oracle_ = std::make_unique<cli::BankOracle>(o_.bank.accounts, o_.bank.initial_balance);
+  if (o_.list_append_threads > 0) {
+    history_ = std::make_unique<History>();
+    ListAppendOptions lo;
+    lo.keys = 16;
+    lists_ = std::make_unique<ListAppendWorkload>(lo, history_.get());
+  }
   Random64 rng(o_.seed);
   std::vector<FaultKind> round;
   for (uint64_t cycle = 1; cycle <= o_.cycles; ++cycle) {
@@ -442,6 +474,11 @@ Result<CrashReport> CrashTest::Run() {
     }
   }
   if (Status c = StopAndCheck("at the end"); !c.ok()) return c;
+  if (history_ != nullptr) {
+    if (Status h = history_->Save(o_.dir + "/history.jsonl"); !h.ok()) {
+      Progress("saving the history: %s", h.ToString().c_str());
+    }
+  }
   Progress("%llu cycles, %zu violation%s", static_cast<unsigned long long>(report_.cycles),
            report_.violations.size(), report_.violations.size() == 1 ? "" : "s");
   return report_;

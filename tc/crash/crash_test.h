@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@
 #include "tc/crash/cluster.h"
 #include "tc/crash/crash_report.h"
 #include "tc/crash/faults.h"
+#include "tc/crash/history/history.h"
+#include "tc/crash/history/list_append.h"
 
 namespace deuteron::crash {
 
@@ -46,6 +49,10 @@ struct CrashOptions {
   uint64_t check_every = 10;
   // How long a restarted pair may take to serve a transaction again.
   std::chrono::milliseconds recovery_timeout{60000};
+  // Client threads running the list-append workload next to the bank
+  // (0: none); its history is checked for isolation anomalies after every
+  // recovery and saved as history.jsonl in the run directory.
+  uint32_t list_append_threads = 1;
   // After each kill of both servers, run `deuteron check` on the crashed
   // store too (counted in crashed_store_check_failures, not a violation:
   // crash.md).
@@ -91,6 +98,9 @@ class CrashTest {
   // Errors: what reading returned (the caller decides whether an error is
   // a detection or a failure).
   Status Verify(client::Client& client, const std::string& what);
+  // Reads every list, checks the whole history so far; anomalies not seen
+  // before are violations.
+  Status CheckLists(client::Client& client, const std::string& what);
   // Stops both servers cleanly and runs `deuteron check` on each directory.
   Status StopAndCheck(const std::string& what);
   Status StartBoth();
@@ -101,6 +111,9 @@ class CrashTest {
   Cluster cluster_;
   std::unique_ptr<cli::BankOracle> oracle_;
   CrashReport report_;
+  std::unique_ptr<History> history_;
+  std::unique_ptr<ListAppendWorkload> lists_;
+  std::set<std::string> anomalies_seen_;
 };
 
 }  // namespace deuteron::crash

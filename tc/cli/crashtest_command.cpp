@@ -65,10 +65,6 @@ int RunCrashtest(const CrashtestArgs& a) {
                    std::string(crash::FaultName(k)).c_str());
       return 2;
     }
-    if (k == crash::FaultKind::kRpc) {
-      std::fprintf(stderr, "deuteron crashtest: fault \"rpc\" is not available in this version\n");
-      return 2;
-    }
   }
   crash::CrashOptions o;
   o.cycles = a.cycles;
@@ -159,8 +155,8 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
   cmd->add_option("--seed", a->seed, "the seed of every choice (default: from the clock, printed)")
       ->type_name("S");
   cmd->add_option("--faults", a->faults,
-                  "comma-separated fault kinds: kill, killpoint, powerloss, torn, bitflip, enospc, eio "
-                  "(all but kill and bitflip need a build with fault hooks)")
+                  "comma-separated fault kinds: kill, killpoint, powerloss, torn, bitflip, enospc, eio, "
+                  "rpc (all but kill, bitflip and rpc need a build with fault hooks)")
       ->type_name("LIST");
   cmd->add_flag("--list-kill-points", a->list_kill_points,
                 "print the kill points compiled into this build, one per line, and exit");

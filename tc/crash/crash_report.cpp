@@ -68,6 +68,11 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
   j += ",\"bitflips_detected\":" + std::to_string(bitflips_detected);
   j += ",\"bitflips_harmless\":" + std::to_string(bitflips_harmless);
   j += ",\"bitflips_found_by_check\":" + std::to_string(bitflips_found_by_check);
+  if (rpc.frames > 0) {
+    j += ",\"rpc\":{\"frames\":" + std::to_string(rpc.frames) + ",\"delayed\":" + std::to_string(rpc.delayed) +
+         ",\"dropped\":" + std::to_string(rpc.dropped) + ",\"reset\":" + std::to_string(rpc.reset) +
+         ",\"duplicated\":" + std::to_string(rpc.duplicated) + "}";
+  }
   j += ",\"io_faults_survived\":" + std::to_string(io_faults_survived);
   if (crashed_store_checks > 0) {
     j += ",\"crashed_store_checks\":" + std::to_string(crashed_store_checks);

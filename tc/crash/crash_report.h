@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tc/crash/faults.h"
+#include "tc/crash/proxy/rpc_proxy.h"
 
 namespace deuteron::crash {
 
@@ -19,6 +20,7 @@ struct CrashReport {
   FaultCounts faults{};  // faults injected, per kind
   uint64_t kill_points_hit = 0;
   std::map<std::string, uint64_t> kill_point_names;  // hits per kill point
+  ProxyCounts rpc;  // with rpc: what the proxy did over the whole run
   uint64_t io_faults_survived = 0;  // enospc/eio cycles where the server kept running
   uint64_t acknowledged = 0;  // transfers acknowledged to a client
   uint64_t verified = 0;      // of those, found with their effects after a recovery

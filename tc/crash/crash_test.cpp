@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <filesystem>
@@ -419,9 +420,60 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
   return Status::OK();
 }
 
+Status CrashTest::RpcCycle(Random64& rng, uint64_t cycle) {
+  if (proxy_ == nullptr) return Status::Internal("no proxy");
+  ProxyFaults f;
+  auto draw = [&](double max) { return max * static_cast<double>(rng.Uniform(1001)) / 1000.0; };
+  f.delay_p = draw(o_.rpc_faults.delay_p);
+  f.max_delay = o_.rpc_faults.max_delay;
+  f.drop_p = draw(o_.rpc_faults.drop_p);
+  f.reset_p = draw(o_.rpc_faults.reset_p);
+  f.duplicate_p = draw(o_.rpc_faults.duplicate_p);
+  f.seed = rng.Next();
+  const ProxyCounts before = proxy_->counts();
+  proxy_->SetFaults(f);
+  Status s = RunLoad(rng, cycle, [] {});
+  proxy_->SetFaults(ProxyFaults());  // faithful again
+  if (!s.ok()) return s;
+  const ProxyCounts after = proxy_->counts();
+  report_.faults[static_cast<size_t>(FaultKind::kRpc)] = after.delayed + after.dropped + after.reset + after.duplicated;
+  report_.rpc = after;
+  const auto start = Clock::now();
+  Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+  if (!c.ok()) return c.status();
+  const double ms = MsSince(start);  // not a recovery: nothing restarted
+  const uint64_t acked = oracle_->acknowledged(), doubt = oracle_->in_doubt();
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "rpc delay %.3f drop %.3f reset %.3f duplicate %.3f", f.delay_p, f.drop_p,
+                f.reset_p, f.duplicate_p);
+  const std::string what = "cycle " + std::to_string(cycle) + " (" + buf + ")";
+  if (Status v = Verify(**c, what); !v.ok()) {
+    Violation(what + ": reading the store failed: " + v.ToString());
+  }
+  Progress("cycle %llu/%llu %s: %llu frames (%llu delayed, %llu dropped, %llu reset, %llu duplicated), "
+           "%llu acknowledged, %llu in doubt; serving again in %.0f ms",
+           static_cast<unsigned long long>(cycle), static_cast<unsigned long long>(o_.cycles), buf,
+           static_cast<unsigned long long>(after.frames - before.frames),
+           static_cast<unsigned long long>(after.delayed - before.delayed),
+           static_cast<unsigned long long>(after.dropped - before.dropped),
+           static_cast<unsigned long long>(after.reset - before.reset),
+           static_cast<unsigned long long>(after.duplicated - before.duplicated),
+           static_cast<unsigned long long>(acked), static_cast<unsigned long long>(doubt), ms);
+  return Status::OK();
+}
+
 Result<CrashReport> CrashTest::Run() {
   Progress("seed %llu: %llu cycles in %s", static_cast<unsigned long long>(o_.seed),
            static_cast<unsigned long long>(o_.cycles), o_.dir.c_str());
+  if (std::find(o_.faults.begin(), o_.faults.end(), FaultKind::kRpc) != o_.faults.end()) {
+    // The DC's port is fixed by its first start; the proxy forwards to it.
+    if (Status s = cluster_.StartDc(); !s.ok()) return s;
+    Result<std::unique_ptr<RpcProxy>> p =
+        RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", cluster_.dc_port(), ProxyFaults());
+    if (!p.ok()) return p.status();
+    proxy_ = std::move(p).value();
+    cluster_.set_tc_dc_port(proxy_->port());
+  }
   if (Status s = StartBoth(); !s.ok()) return s;
   {
     Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
@@ -454,7 +506,7 @@ Result<CrashReport> CrashTest::Run() {
         s = BitflipCycle(rng, cycle);
         break;
       case FaultKind::kRpc:
-        s = Status::NotSupported("fault " + std::string(FaultName(kind)) + " is not available");
+        s = RpcCycle(rng, cycle);
         break;
       default:
         s = HookCycle(kind, rng, cycle);

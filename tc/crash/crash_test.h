@@ -30,6 +30,7 @@
 #include "tc/crash/faults.h"
 #include "tc/crash/history/history.h"
 #include "tc/crash/history/list_append.h"
+#include "tc/crash/proxy/rpc_proxy.h"
 
 namespace deuteron::crash {
 
@@ -62,6 +63,10 @@ struct CrashOptions {
   std::string kill_point_probability = "0.01";
   // enospc, eio: the Nth counted write or sync fails, N uniform in [1, this].
   uint64_t io_fault_max_n = 200;
+  // rpc: the per-frame fault probabilities of an rpc cycle (each cycle
+  // draws each uniformly in [0, this]); the seed comes from the run's.
+  ProxyFaults rpc_faults{.delay_p = 0.2, .max_delay = std::chrono::milliseconds(20), .drop_p = 0.02,
+                         .reset_p = 0.02, .duplicate_p = 0.05};
   FILE* progress = stderr;  // one line per cycle; nullptr: silent
 };
 
@@ -84,6 +89,9 @@ class CrashTest {
   // killpoint, powerloss, torn, enospc, eio: the target restarted with the
   // fault armed through the hooks' environment variables (crash_spec).
   Status HookCycle(FaultKind kind, Random64& rng, uint64_t cycle);
+  // rpc: the proxy between TC and DC injects faults for the window, then
+  // forwards faithfully again.
+  Status RpcCycle(Random64& rng, uint64_t cycle);
   // Counts a "deuteron: kill point NAME" line found in `text`; whether one was.
   bool CountKillPoint(const std::string& text);
 
@@ -111,6 +119,7 @@ class CrashTest {
   Cluster cluster_;
   std::unique_ptr<cli::BankOracle> oracle_;
   CrashReport report_;
+  std::unique_ptr<RpcProxy> proxy_;  // with rpc: the TC's way to the DC
   std::unique_ptr<History> history_;
   std::unique_ptr<ListAppendWorkload> lists_;
   std::set<std::string> anomalies_seen_;

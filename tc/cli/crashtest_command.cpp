@@ -37,6 +37,8 @@ struct CrashtestArgs {
   bool list_kill_points = false;
   bool check_crashed = false;
   uint32_t list_append_threads = 1;
+  std::string break_contract;
+  bool until_violation = false;
   std::string kill_point_probability = "0.01";
 };
 
@@ -79,6 +81,18 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.kill_point_probability = a.kill_point_probability;
   o.check_crashed = a.check_crashed;
   o.list_append_threads = a.list_append_threads;
+  o.break_contract = a.break_contract;
+  o.until_violation = a.until_violation;
+  if (!o.break_contract.empty()) {
+    if (!fault::HooksCompiled()) {
+      std::fprintf(stderr, "deuteron crashtest: --break needs a build with fault hooks\n");
+      return 2;
+    }
+    if (!fault::ParseBreak(o.break_contract).ok()) {
+      std::fprintf(stderr, "deuteron crashtest: --break: unknown contract break \"%s\"\n", o.break_contract.c_str());
+      return 2;
+    }
+  }
   o.min_window = std::chrono::milliseconds(a.min_window_ms);
   o.max_window = std::chrono::milliseconds(a.max_window_ms);
   std::error_code ec;
@@ -167,6 +181,12 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
   cmd->add_flag("--check-crashed", a->check_crashed,
                 "also run `deuteron check` on the store after each kill of both servers, before the "
                 "restart (counted, not a violation)");
+  cmd->add_option("--break", a->break_contract,
+                  "run the servers with DEUTERON_BREAK=NAME (esl_check, ack_before_sync, idempotence, "
+                  "rssp_before_flush, scan_lock_early): a contract broken on purpose, which the run "
+                  "must report (hooks builds only)")
+      ->type_name("NAME");
+  cmd->add_flag("--until-violation", a->until_violation, "end the run after the first cycle with a violation");
   cmd->add_flag("--json", a->json, "print the report as one JSON object on standard output");
   cmd->add_option("--dir", a->dir,
                   "a new or empty run directory, kept (default: a temporary one, removed when clean)")

@@ -17,8 +17,9 @@ std::string Cluster::tc_address() const { return Loopback(tc_port_); }
 Result<std::unique_ptr<cli::ServerProcess>> Cluster::Spawn(const std::vector<std::string>& env,
                                                            const std::vector<std::string>& args,
                                                            const std::string& log) {
-  if (env.empty()) return cli::ServerProcess::Start(o_.program, args, log);
-  std::vector<std::string> all = env;
+  if (env.empty() && o_.env.empty()) return cli::ServerProcess::Start(o_.program, args, log);
+  std::vector<std::string> all = o_.env;
+  all.insert(all.end(), env.begin(), env.end());
   all.push_back(o_.program);
   all.insert(all.end(), args.begin(), args.end());
   return cli::ServerProcess::Start("/usr/bin/env", all, log);

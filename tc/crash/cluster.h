@@ -31,6 +31,9 @@ struct ClusterOptions {
   // Short, so that crashes find checkpoints and RSSPs at every stage.
   std::chrono::milliseconds tc_checkpoint_interval{300};
   std::chrono::milliseconds dc_checkpoint_interval{1000};
+  // "NAME=VALUE" entries added to every server's environment (e.g. a
+  // DEUTERON_BREAK for the whole run).
+  std::vector<std::string> env;
 };
 
 class Cluster {

@@ -79,6 +79,8 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
     j += ",\"crashed_store_check_failures\":" + std::to_string(crashed_store_check_failures);
   }
   j += ",\"store_checks\":" + std::to_string(store_checks);
+  if (!break_contract.empty()) j += ",\"break\":" + JsonString(break_contract);
+  j += ",\"first_violation_cycle\":" + std::to_string(first_violation_cycle);
   j += ",\"violations\":[";
   for (size_t i = 0; i < violations.size(); ++i) {
     if (i > 0) j += ",";

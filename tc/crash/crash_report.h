@@ -35,6 +35,8 @@ struct CrashReport {
   uint64_t store_checks = 0;       // `deuteron check` runs on the stopped store
   std::vector<double> recovery_ms;  // restart to first transaction served, per recovery
   std::vector<std::string> violations;
+  uint64_t first_violation_cycle = 0;  // 0: none
+  std::string break_contract;           // DEUTERON_BREAK of the run, if any
 
   // `enabled`: the fault kinds asked for (each appears in "faults", even
   // when 0).

@@ -38,8 +38,13 @@ client::RemoteOptions ClientOptions(uint32_t threads) {
 
 CrashTest::CrashTest(CrashOptions o)
     : o_(std::move(o)),
-      cluster_(ClusterOptions{.program = o_.program, .dir = o_.dir}) {
+      cluster_(ClusterOptions{.program = o_.program,
+                              .dir = o_.dir,
+                              .env = o_.break_contract.empty()
+                                         ? std::vector<std::string>{}
+                                         : std::vector<std::string>{"DEUTERON_BREAK=" + o_.break_contract}}) {
   report_.seed = o_.seed;
+  report_.break_contract = o_.break_contract;
 }
 
 CrashTest::~CrashTest() = default;
@@ -514,9 +519,14 @@ Result<CrashReport> CrashTest::Run() {
     if (!s.ok()) {
       Violation("cycle " + std::to_string(cycle) + " (" + std::string(FaultName(kind)) +
                 "): the servers did not come back: " + s.ToString());
+      if (report_.first_violation_cycle == 0) report_.first_violation_cycle = cycle;
       break;
     }
     report_.cycles = cycle;
+    if (!report_.violations.empty() && report_.first_violation_cycle == 0) {
+      report_.first_violation_cycle = cycle;
+      if (o_.until_violation) break;
+    }
     if (o_.check_every != 0 && cycle % o_.check_every == 0 && cycle != o_.cycles) {
       if (Status c = StopAndCheck("after cycle " + std::to_string(cycle)); !c.ok()) return c;
       if (Status r = StartBoth(); !r.ok()) {

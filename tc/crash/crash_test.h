@@ -67,6 +67,11 @@ struct CrashOptions {
   // draws each uniformly in [0, this]); the seed comes from the run's.
   ProxyFaults rpc_faults{.delay_p = 0.2, .max_delay = std::chrono::milliseconds(20), .drop_p = 0.02,
                          .reset_p = 0.02, .duplicate_p = 0.05};
+  // Servers started with DEUTERON_BREAK=this (a contract broken on purpose,
+  // to show the harness finds it); empty: none.
+  std::string break_contract;
+  // End the run after the first cycle with a violation.
+  bool until_violation = false;
   FILE* progress = stderr;  // one line per cycle; nullptr: silent
 };
 

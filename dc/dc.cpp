@@ -8,6 +8,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/fault_hooks.h"
 #include "common/heap.h"
 #include "common/logging.h"
 
@@ -123,6 +124,7 @@ Dc::Dc(Env* env, std::string dir, DcOptions options)
 }
 
 Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions options) {
+  DEUTERON_KILL_POINT(kDcRecoveryBegin);
   std::unique_ptr<Dc> dc(new Dc(env, dir, std::move(options)));
   // Nothing else can reach the DC yet: the gate is uncontended.
   std::unique_lock<std::shared_mutex> gate(dc->gate_);
@@ -153,6 +155,7 @@ Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions
   dc->last_durable_.store(durable, std::memory_order_relaxed);
   DLOG_INFO("dc {}: open, rssp {}, max durable lsn {}, incarnation {}, store {}", dir, meta.rssp,
             durable, meta.incarnation, meta.store_id.ToString());
+  DEUTERON_KILL_POINT(kDcRecoveryEnd);
   gate.unlock();
   dc->StartMaintenance();
   return dc;
@@ -474,10 +477,13 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
   // (rssp - 1, esl] holds records below rssp. A base consolidated under a
   // newer ESL since (a racing Apply) is flushed under that one: FlushAll
   // re-reads the bound rather than skip it (dc/dc.md).
-  RETURN_IF_ERROR(tree_->FlushAll(esl));
-  // Flushes by other threads (the evictor, structure changes) that this one
-  // found done are made stable too.
-  RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
+  if (!fault::BrokenOnPurpose(fault::Break::kRsspBeforeFlush)) {  // else contract 3 broken on purpose
+    RETURN_IF_ERROR(tree_->FlushAll(esl));
+    // Flushes by other threads (the evictor, structure changes) that this one
+    // found done are made stable too.
+    RETURN_IF_ERROR(llama_->MakeStable(llama_->Tail()));
+  }
+  DEUTERON_KILL_POINT(kDcRsspAfterFlush);
   last_durable_.store(llama_->MaxAnnotation(), std::memory_order_relaxed);
   if (rssp > rssp_.load(std::memory_order_relaxed)) {
     // With what is now reported stable: damage below it is corruption, not
@@ -487,6 +493,7 @@ Status Dc::ProposeRssp(uint64_t rssp, uint64_t incarnation) {
     stable_lss_.store(stable, std::memory_order_relaxed);
     // Only now may consolidation purge tombstones below it.
     rssp_.store(rssp, std::memory_order_release);
+    DEUTERON_KILL_POINT(kDcRsspAfterMeta);
   }
   return Status::OK();
 }
@@ -533,6 +540,7 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
                                  id.ToString() + ", the TC to store " + tc_store->ToString());
   }
   if (tc_store != nullptr && id.nil()) id = *tc_store;
+  DEUTERON_KILL_POINT(kDcRestartToBegin);
   // The new incarnation is durable before anything changes, so that no call
   // of an older one is accepted again, after a crash of this DC included.
   const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed) + 1;
@@ -563,6 +571,7 @@ Result<DcReady> Dc::Restart(uint64_t stable_end, const StoreId* tc_store) {
     DLOG_ERROR("dc {}: restart-to {}: reopening: {}", dir_, stable_end, s.ToString());
     return s;
   }
+  DEUTERON_KILL_POINT(kDcRestartToReopened);
   const uint64_t durable = llama_->MaxAnnotation();
   ready_durable_.store(durable, std::memory_order_relaxed);
   restarts_.fetch_add(1, std::memory_order_relaxed);

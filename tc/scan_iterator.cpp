@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 
+#include "common/fault_hooks.h"
 #include "tc/txn_manager.h"
 
 namespace deuteron::tc {
@@ -65,7 +66,11 @@ Result<std::unique_ptr<ScanIterator>> Transaction::Scan(const ScanOptions& o) {
     // successor.
     KeyRange range{o.lower, o.upper};
     if (o.upper && o.upper_inclusive) range.hi->push_back('\0');
-    if (Status s = tm_->locks_.LockRange(id_, range); !s.ok()) return Fail(std::move(s));
+    // DEUTERON_BREAK=scan_lock_early (contract 6 broken on purpose): no
+    // range lock is held, as if released the moment it was granted.
+    if (!fault::BrokenOnPurpose(fault::Break::kScanLockEarly)) {
+      if (Status s = tm_->locks_.LockRange(id_, range); !s.ok()) return Fail(std::move(s));
+    }
     // After the lock, as Get: a failed TC serves no reads.
     if (Status s = tm_->CheckHealthy(); !s.ok()) return s;
     // Whatever the range shows may come from an early-released commit.

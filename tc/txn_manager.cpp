@@ -5,6 +5,7 @@
 #include <deque>
 #include <limits>
 
+#include "common/fault_hooks.h"
 #include "common/logging.h"
 #include "tc/commit_record.h"
 
@@ -257,6 +258,7 @@ Status TxnManager::CommitWrites(Transaction* txn, bool* released) {
     return durable.WithContext("commit outcome in doubt (log failed)");
   }
   // Durable: committed, even if the DC apply failed (recovery applies it).
+  DEUTERON_KILL_POINT(kTcCommitBeforeAck);
   return Status::OK();
 }
 

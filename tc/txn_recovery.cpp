@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include "common/fault_hooks.h"
 #include "common/logging.h"
 #include "tc/commit_record.h"
 #include "tc/txn_manager.h"
@@ -27,6 +28,7 @@ Status TxnManager::Recover() {
 }
 
 Status TxnManager::RestartAndReplay(wal::Lsn end) {
+  DEUTERON_KILL_POINT(kTcRecoveryBegin);
   // One store: the DC adopts the log's store id, or refuses a TC of another
   // store (StoreMismatch); a binding that says which store it holds is
   // checked here too.
@@ -78,6 +80,7 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
     // The reader stops at the ESL as of NewReader; records past `end` (made
     // durable since) are not this recovery's: their commits apply them.
     if (!*more || rec.end > end) break;
+    DEUTERON_KILL_POINT(kTcReplayRecord);
     if (options_.replay_progress) options_.replay_progress(rec.end - std::min(from, end), end - std::min(from, end));
     payloads.push_back(rec.payload.ToString());
     if (Status s = DecodeCommitRecord(payloads.back(), rec.lsn, &ops); !s.ok()) {
@@ -98,6 +101,7 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
   if (Status s = flush(); !s.ok()) return s;
   replayed_ops_.store(replayed, std::memory_order_relaxed);
   NoteEslSent(end - 1);  // RestartTo set the DC's ESL to E - 1
+  DEUTERON_KILL_POINT(kTcRecoveryEnd);
   return Status::OK();
 }
 

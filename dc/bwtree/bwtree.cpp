@@ -1,4 +1,5 @@
 // BwTree: statistics, Open, the descent and the point operations (bwtree.h).
+#include "common/fault_hooks.h"
 #include "dc/bwtree/internal/bwtree_impl.h"
 
 namespace deuteron::bwtree {
@@ -690,7 +691,9 @@ Status BwTree::WriteImpl(WriteKind kind, bool if_newer, Slice key, Slice value, 
     }
     // loc.r is the state of the chain at loc.head (or of a frozen, removed
     // sibling): the CAS below succeeds only over that very state.
-    if (if_newer && loc.r.outcome != LookupOutcome::kNotFound && loc.r.lsn >= lsn) {
+    // DEUTERON_BREAK=idempotence skips this check (contract 2 broken on purpose).
+    if (if_newer && loc.r.outcome != LookupOutcome::kNotFound && loc.r.lsn >= lsn &&
+        !fault::BrokenOnPurpose(fault::Break::kIdempotence)) {
       return Status::OK();  // already reflected: *applied stays false
     }
     d.hint = loc.r.hint;

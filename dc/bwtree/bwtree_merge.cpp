@@ -1,5 +1,6 @@
 // BwTree: merges (remove-node, merge delta, index-term deletes) and the
 // parents' flush before a free (bwtree.md, "Structure changes").
+#include "common/fault_hooks.h"
 #include "dc/bwtree/internal/bwtree_impl.h"
 
 namespace deuteron::bwtree {
@@ -93,6 +94,7 @@ Result<bool> BwTree::PostRemoveNode(PageId pid, const PageNode* head) {
   PageNode* node = MakeDelta(llama_, d, 0);
   std::unique_ptr<Llama::SystemTxn> txn = llama_->TBegin();
   const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  DEUTERON_KILL_POINT(kDcBwtreeMergeInstall);  // a node's removal about to commit
   Result<bool> committed = llama_->TCommit(txn.get(), pid, head, node, bound, bound);
   if (committed.ok() && *committed) return true;
   llama_->TAbort(txn.get());

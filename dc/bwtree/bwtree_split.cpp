@@ -1,5 +1,6 @@
 // BwTree: splits, index posts, route repairs and root growth (bwtree.md,
 // "Structure changes").
+#include "common/fault_hooks.h"
 #include "dc/bwtree/internal/bwtree_impl.h"
 
 namespace deuteron::bwtree {
@@ -145,6 +146,7 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
   split.pid = *sibling;
   PageNode* delta = MakeDelta(llama_, split, 0);
   const uint64_t bound = FlushBound();  // the annotation: never below the bound
+  DEUTERON_KILL_POINT(kDcBwtreeSplitInstall);  // the sibling written, the split not committed
   Result<bool> committed = llama_->TCommit(txn.get(), pid, head, delta, bound, bound);
   if (!committed.ok() || !*committed) {
     llama_->TAbort(txn.get());

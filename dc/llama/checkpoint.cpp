@@ -10,6 +10,7 @@
 
 #include "common/coding.h"
 #include "common/crc32c.h"
+#include "common/fault_hooks.h"
 
 namespace deuteron::llama {
 namespace {
@@ -143,7 +144,9 @@ Status WriteCheckpoint(Env* env, const std::string& dir, const CheckpointData& d
   RETURN_IF_ERROR(file->Append(header));
   RETURN_IF_ERROR(ForEachChunk(data.entries.data(), data.entries.size(),
                                [&file](Slice chunk) { return file->Append(chunk); }));
+  DEUTERON_KILL_POINT(kDcCheckpointBeforeSync);
   RETURN_IF_ERROR(file->Sync());
+  DEUTERON_KILL_POINT(kDcCheckpointAfterSync);
   RETURN_IF_ERROR(file->Close());
   return env->SyncDir(dir);
 }

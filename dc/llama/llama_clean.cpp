@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/coding.h"
+#include "common/fault_hooks.h"
 #include "common/logging.h"
 #include "dc/llama/checkpoint.h"
 #include "dc/llama/internal/llama_impl.h"
@@ -250,7 +251,9 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
         }));
     std::sort(pids.begin(), pids.end());
     pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+    DEUTERON_KILL_POINT(kDcCleanBeforeRelocate);
     for (PageId pid : pids) RETURN_IF_ERROR(RelocateIfLive(pid, lo, hi, &result));
+    DEUTERON_KILL_POINT(kDcCleanAfterRelocate);
     cleaned_frontier_.store(hi);
     result.segments_cleaned++;
   }
@@ -288,6 +291,7 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
     release = std::min({frontier, checkpoint_rsp_[0], checkpoint_rsp_[1]});
   }
   const uint64_t before = lss_->LowestSegment();
+  DEUTERON_KILL_POINT(kDcCleanBeforeRelease);
   RETURN_IF_ERROR(lss_->ReleaseSegmentsBelow(release));
   result.segments_released = lss_->LowestSegment() - before;
   return result;

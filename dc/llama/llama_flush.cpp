@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/coding.h"
+#include "common/fault_hooks.h"
 #include "dc/llama/internal/llama_impl.h"
 #include "dc/llama/llama.h"
 
@@ -65,6 +66,11 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
   }
   ChainInfo info;
   AnalyzeChain(head, &info);
+  if (fault::BrokenOnPurpose(fault::Break::kEslCheck)) {
+    // Contract 1 broken on purpose (DEUTERON_BREAK=esl_check): records above
+    // the ESL the caller passed are flushed too.
+    max_tag = UINT64_MAX - 1;
+  }
   const uint64_t bound = EffectiveBound(info.has_flush, info.bound, max_tag);
   std::vector<const PageNode*> selected;
   for (const PageNode* n : info.unflushed) {
@@ -102,6 +108,7 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
 
   const size_t payload = PagePayloadSize(selected);
   const size_t span = RecordSpan(payload);
+  DEUTERON_KILL_POINT(kDcFlushBeforeWrite);
   ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(span));
   FlushNode* f = NewFlushNode(NodeKind::kFlush);
   f->seq = head->seq + 1;
@@ -130,6 +137,7 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
                   annotation, bound);
   NoteAnnotation(annotation);
   lss_->Commit(r);
+  DEUTERON_KILL_POINT(kDcFlushAfterWrite);
 
   size_t change = 0;
   for (const PageNode* n : selected) change += n->size;

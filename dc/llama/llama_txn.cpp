@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/coding.h"
+#include "common/fault_hooks.h"
 #include "common/logging.h"
 #include "dc/llama/checkpoint.h"
 #include "dc/llama/internal/llama_impl.h"
@@ -112,6 +113,7 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
                               uint64_t annotation) {
   assert(!txn->finished_);
   assert((pid == 0) == (final_delta == nullptr));
+  DEUTERON_KILL_POINT(kDcSmoBeforeCommit);
   if (replace) {
     PrepareReplacement(expected, final_delta);  // a whole chain, as Update-R installs
   } else if (final_delta != nullptr) {
@@ -279,6 +281,7 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
   EndTransaction(txn);
   NoteAnnotation(annotation);
   lss_->Commit(r);
+  DEUTERON_KILL_POINT(kDcSmoAfterCommit);
   txn_commits_.fetch_add(1, std::memory_order_relaxed);
   flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
   flush_bytes_.fetch_add(RecordSpan(inner), std::memory_order_relaxed);

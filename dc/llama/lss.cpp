@@ -59,6 +59,7 @@
 //   - stats counters: relaxed, they order nothing.
 #include "dc/llama/lss.h"
 
+#include "common/fault_hooks.h"
 #include "dc/llama/internal/lss_impl.h"
 
 namespace deuteron::llama {
@@ -278,6 +279,7 @@ void LogStructuredStore::Impl::IssueIo(uint32_t slot) {
   // checksums the records, so the I/O thread only writes and syncs: the
   // checksum of one buffer overlaps the previous buffer's I/O.
   PrepareBuffer(ring_[slot]);
+  DEUTERON_KILL_POINT(kDcLssBufferSealed);
   if (io_threads_.empty()) {
     DoIo(slot);
     return;
@@ -325,12 +327,15 @@ Status LogStructuredStore::Impl::WriteBuffer(FlushBuffer& b, LssAddress base, ui
   uint64_t ticket;
   {
     std::shared_lock<std::shared_mutex> l((*seg)->io_mu);
+    DEUTERON_KILL_POINT(kDcLssBufferBeforeWrite);
     Status s = (*seg)->file->WriteAt(OffsetInSegment(base, segment_size_), Slice(b.mem, len));
     if (!s.ok()) return s.WithContext(where);
     ticket = (*seg)->writes.fetch_add(1) + 1;
   }
+  DEUTERON_KILL_POINT(kDcLssBufferAfterWrite);
   Status s = SyncSegment(seg->get(), ticket, &syncs_);
   if (!s.ok()) return s.WithContext(where);
+  DEUTERON_KILL_POINT(kDcLssAfterSync);
   written_bytes_.fetch_add(len, std::memory_order_relaxed);
   buffers_written_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();

@@ -1,5 +1,6 @@
 // LogStructuredStore: recovery (lss.h, Recover; the design at the top of
 // lss.cpp; the format: lss_format.md).
+#include "common/fault_hooks.h"
 #include "dc/llama/internal/lss_impl.h"
 
 namespace deuteron::llama {
@@ -55,6 +56,7 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
     BufferHeader h;
     ASSIGN_OR_RETURN(bool valid, ReadBuffer(seg.get(), pos, &h, &records, &why));
     if (!valid) break;
+    DEUTERON_KILL_POINT(kDcRecoveryBuffer);
     RETURN_IF_ERROR(VisitBuffer(pos, records, visitor));
     last_sequence = h.sequence;
     pos = NextBufferBase(pos, h.used, segment_size_);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "common/fault_hooks.h"
 #include "common/heap.h"
 #include "common/status.h"
 #include "dc/dc.h"
@@ -140,6 +141,12 @@ int RunDc(const DcArgs& a) {
   const uint64_t cleaning_trigger = a.cleaning_trigger, cleaning_target = a.cleaning_target;
   const int64_t heap_decay_ms = a.heap_decay_ms;
   const double above_esl_share = a.above_esl_share;
+  // First, before any thread starts (common/fault_hooks.h).
+  Result<Env*> env = fault::SetUpFromEnvironment();
+  if (!env.ok()) {
+    std::fprintf(stderr, "deuteron dc: %s\n", env.status().ToString().c_str());
+    return 2;
+  }
   Result<std::string> secret_read = LoadSecret(secret_file);
   if (!secret_read.ok()) {
     std::fprintf(stderr, "deuteron dc: %s\n", std::string(secret_read.status().message()).c_str());
@@ -173,7 +180,7 @@ int RunDc(const DcArgs& a) {
     }
   }
   options.max_above_esl_share = above_esl_share;
-  Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(Env::Posix(), dir, options);
+  Result<std::unique_ptr<dc::Dc>> opened = dc::Dc::Open(*env, dir, options);
   if (!opened.ok()) {
     std::fprintf(stderr, "deuteron dc: open %s: %s\n", dir.c_str(),
                  opened.status().ToString().c_str());

@@ -16,6 +16,7 @@
 
 #include "common/dir_lock.h"
 #include "common/env.h"
+#include "common/fault_hooks.h"
 #include "common/status.h"
 #include "protocol/remote_dc.h"
 #include "tc/cli/progress.h"
@@ -170,6 +171,12 @@ int Closed(const char* name, const Status& s) {
 
 int RunServe(Args& a) {
   const Command cmd("serve");
+  // First, before any thread starts (common/fault_hooks.h).
+  Result<Env*> env = fault::SetUpFromEnvironment();
+  if (!env.ok()) {
+    std::fprintf(stderr, "deuteron serve: %s\n", env.status().ToString().c_str());
+    return 2;
+  }
   if (!cmd.LoadSecretInto(&a)) return 1;
   if (Status s = CheckStoreDir(a.dir, StoreKind::kServe); !s.ok()) {
     std::fprintf(stderr, "deuteron serve: %s\n", std::string(s.message()).c_str());
@@ -177,6 +184,7 @@ int RunServe(Args& a) {
   }
   const sigset_t signals = BlockShutdownSignals();
   tc::DatabaseOptions o;
+  o.env = *env;
   o.dc.llama.memory_budget = a.budget;
   o.txn.lock_timeout = a.lock_timeout;
   o.txn.checkpoint_interval = a.checkpoint_interval;
@@ -195,13 +203,18 @@ int RunServe(Args& a) {
 
 int RunTc(Args& a) {
   const Command cmd("tc");
+  Result<Env*> hooked = fault::SetUpFromEnvironment();  // first: before any thread starts
+  if (!hooked.ok()) {
+    std::fprintf(stderr, "deuteron tc: %s\n", hooked.status().ToString().c_str());
+    return 2;
+  }
   if (!cmd.LoadSecretInto(&a)) return 1;
   if (Status s = CheckStoreDir(a.dir, StoreKind::kTc); !s.ok()) {
     std::fprintf(stderr, "deuteron tc: %s\n", std::string(s.message()).c_str());
     return 1;
   }
   const sigset_t signals = BlockShutdownSignals();
-  Env* env = Env::Posix();
+  Env* env = *hooked;
   auto fail = [](const char* what, const std::string& where, const Status& s) {
     std::fprintf(stderr, "deuteron tc: %s %s: %s\n", what, where.c_str(), s.ToString().c_str());
     return 1;

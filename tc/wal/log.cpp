@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "common/coding.h"
+#include "common/fault_hooks.h"
 
 namespace deuteron::wal {
 namespace {
@@ -622,6 +623,7 @@ class Log::Impl {
 
   // One group: write [from, to) (switching segments as needed), sync, publish.
   Status WriteGroup(Lsn from, Lsn to) {
+    DEUTERON_KILL_POINT(kTcLogGroupCommitBeforeWrite);
     for (Lsn x = from; x < to;) {
       const uint64_t segment = SegmentOf(x, seg_size_);
       const Lsn chunk_end = std::min(to, SegmentStart(segment + 1, seg_size_));
@@ -638,7 +640,16 @@ class Log::Impl {
       std::lock_guard<std::mutex> l(space_mu_);
       space_cv_.notify_all();
     }
-    RETURN_IF_ERROR(SyncFile());
+    DEUTERON_KILL_POINT(kTcLogGroupCommitBeforeSync);
+    if (fault::BrokenOnPurpose(fault::Break::kAckBeforeSync)) {
+      // Contract 4 broken on purpose (DEUTERON_BREAK=ack_before_sync): the
+      // group is published as durable unsynced; only a segment switch or
+      // Close syncs it, so a power loss loses acknowledged commits.
+      esl_.store(to, std::memory_order_seq_cst);
+    } else {
+      RETURN_IF_ERROR(SyncFile());
+    }
+    DEUTERON_KILL_POINT(kTcLogGroupCommitAfterSync);
     esl_.store(to, std::memory_order_seq_cst);  // invariant 4
     if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(to, /*hand_off=*/false);
     groups_.fetch_add(1, std::memory_order_relaxed);

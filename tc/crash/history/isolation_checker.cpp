@@ -18,6 +18,7 @@
 #include "tc/crash/history/isolation_checker.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -514,6 +515,8 @@ class Checker {
     // a step has it.
     const Edge& e = comp.edges.front();
     std::vector<uint32_t> cycle = comp.CycleVia(e.from, e.to, kWW | kWR | kRW);
+    assert(!cycle.empty() && "every edge of a strongly connected component lies on a cycle");
+    if (cycle.empty()) return;
     std::vector<uint8_t> masks(cycle.size(), kRW);
     for (size_t i = 0; i < cycle.size(); ++i) {
       if ((comp.KindsBetween(cycle[i], cycle[(i + 1) % cycle.size()]) & kRW) == 0) masks[i] = kWW | kWR;

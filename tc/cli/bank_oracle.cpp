@@ -2,11 +2,23 @@
 
 #include <cassert>
 #include <map>
+#include <utility>
 
 namespace deuteron::cli {
 
 BankOracle::BankOracle(size_t accounts, int64_t initial_balance)
     : expected_(accounts, initial_balance), total_(static_cast<int64_t>(accounts) * initial_balance) {}
+
+namespace {
+int64_t Sum(const std::vector<int64_t>& v) {
+  int64_t sum = 0;
+  for (int64_t b : v) sum += b;
+  return sum;
+}
+}  // namespace
+
+BankOracle::BankOracle(std::vector<int64_t> balances)
+    : expected_(std::move(balances)), total_(Sum(expected_)) {}
 
 void BankOracle::Acknowledged(const Transfer& t) {
   assert(t.from < expected_.size() && t.to < expected_.size());

@@ -43,6 +43,8 @@ class BankOracle {
   static constexpr size_t kMaxInDoubt = 20;
 
   BankOracle(size_t accounts, int64_t initial_balance);
+  // Starts from these balances (e.g. as verified after an earlier crash).
+  explicit BankOracle(std::vector<int64_t> balances);
 
   void Acknowledged(const Transfer& t);
   void InDoubt(const Transfer& t);

@@ -16,34 +16,15 @@
 // RunFoo returns the exit status: 0 done, 1 runtime error (printed), 2 bad
 // usage found only at run time. Parse errors exit 2 with a one-line reason
 // (ParseAndRun); --help and --version exit 0.
-#include <cstdio>
-
 #include "tc/cli/bench_command.h"
 #include "tc/cli/check_command.h"
 #include "tc/cli/cli_options.h"
+#include "tc/cli/crashtest_command.h"
 #include "tc/cli/dc_command.h"
 #include "tc/cli/demo_command.h"
 #include "tc/cli/shell_command.h"
 #include "tc/cli/stats_command.h"
 #include "tc/cli/tc_command.h"
-
-namespace deuteron::cli {
-namespace {
-
-// A command whose program does not exist yet: says so and exits 2.
-void AddNotYetCommand(CLI::App& app, Runner& runner, const char* name, const char* description) {
-  CLI::App* cmd = app.add_subcommand(name, description);
-  cmd->allow_extras();
-  cmd->callback([name, &runner] {
-    runner.Set([name] {
-      std::fprintf(stderr, "deuteron %s: not built yet: this command does not exist in this version\n", name);
-      return 2;
-    });
-  });
-}
-
-}  // namespace
-}  // namespace deuteron::cli
 
 int main(int argc, char** argv) {
   using namespace deuteron::cli;
@@ -63,6 +44,6 @@ int main(int argc, char** argv) {
   AddCheckCommand(app, runner);
   AddDemoCommand(app, runner);
   AddBenchCommand(app, runner);
-  AddNotYetCommand(app, runner, "crashtest", "Runs the crash harness (not built yet)");
+  AddCrashtestCommand(app, runner);
   return ParseAndRun(app, runner, argc, argv);
 }

@@ -1,0 +1,88 @@
+// `deuteron crashtest` end to end: a few short kill and bitflip cycles
+// against real `deuteron dc` and `deuteron tc` children, in process (the
+// CrashTest driver) and as the command (its JSON and exit status).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "tc/crash/crash_test.h"
+#include "tc/crash/run_program.h"
+
+namespace deuteron::crash {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/deuteron-crash-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  return tmpl;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[crash][crashtest]") {
+  CrashOptions o;
+  o.cycles = 4;
+  o.seed = 3;
+  o.faults = {FaultKind::kKill, FaultKind::kBitflip};
+  o.program = DEUTERON_BIN;
+  o.dir = TempDir();
+  o.bank.accounts = 16;
+  o.bank.threads = 2;
+  o.max_window = std::chrono::milliseconds(150);
+  o.check_every = 2;
+  o.progress = nullptr;
+  CrashTest test(o);
+  Result<CrashReport> r = test.Run();
+  REQUIRE(r.ok());
+  INFO("run directory " << o.dir);
+  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
+  CHECK(r->violations.empty());
+  CHECK(r->cycles == 4);
+  CHECK(r->faults[static_cast<size_t>(FaultKind::kKill)] == 2);
+  CHECK(r->faults[static_cast<size_t>(FaultKind::kBitflip)] == 2);
+  CHECK(r->bitflips_detected + r->bitflips_harmless == 2);
+  CHECK(r->acknowledged > 0);
+  CHECK(r->verified == r->acknowledged);
+  CHECK(r->keys_checked >= 4 * 16);
+  CHECK(r->recovery_ms.size() >= 4);
+  CHECK(r->store_checks == 4);  // after cycle 2 and at the end, tc and dc each
+  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+}
+
+TEST_CASE("deuteron crashtest prints its JSON report and exits 0 when clean", "[crash][crashtest]") {
+  const std::string dir = TempDir();
+  const std::string out = dir + ".out";
+  Result<int> rc = RunProgram(DEUTERON_BIN,
+                              {"crashtest", "--cycles", "2", "--seed", "5", "--faults", "kill", "--json",
+                               "--accounts", "8", "--threads", "2", "--max-window-ms", "100",
+                               "--dir", dir + "/run"},
+                              out);
+  REQUIRE(rc.ok());
+  const std::string text = ReadAll(out);
+  INFO(text);
+  CHECK(*rc == 0);
+  CHECK(text.find("{\"seed\":5,\"cycles\":2,\"faults\":{\"kill\":2}") != std::string::npos);
+  CHECK(text.find("\"violations\":[]}") != std::string::npos);
+  CHECK(text.find("crashtest: seed 5") != std::string::npos);  // progress on stderr
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(out);
+}
+
+TEST_CASE("deuteron crashtest refuses bad fault lists with exit 2", "[crash][crashtest]") {
+  const std::string out = TempDir() + ".out";
+  Result<int> rc = RunProgram(DEUTERON_BIN, {"crashtest", "--cycles", "1", "--faults", "kill,nuke"}, out);
+  REQUIRE(rc.ok());
+  CHECK(*rc == 2);
+  CHECK(ReadAll(out).find("unknown fault \"nuke\"") != std::string::npos);
+  std::filesystem::remove(out);
+}
+
+}  // namespace
+}  // namespace deuteron::crash

@@ -33,6 +33,7 @@ struct CrashtestArgs {
   bool keep = false;
   uint32_t accounts = 32;
   uint32_t threads = 3;
+  uint32_t think_ms = 0;
   uint64_t check_every = 10;
   uint64_t min_window_ms = 30, max_window_ms = 300;
   bool list_kill_points = false;
@@ -80,6 +81,7 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.program = Self();
   o.bank.accounts = a.accounts;
   o.bank.threads = a.threads;
+  o.bank.think_ms = a.think_ms;
   o.check_every = a.check_every;
   o.kill_point_probability = a.kill_point_probability;
   o.check_crashed = a.check_crashed;
@@ -209,6 +211,10 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                   "isolation anomalies after every recovery (0 to 16; 0: none)")
       ->check(Within(0, 16))
       ->type_name("N");
+  cmd->add_option("--think-ms", a->think_ms,
+                  "a transfer waits up to this long between its writes and its commit (0 to 10000)")
+      ->check(Within(0, 10000))
+      ->type_name("MS");
   cmd->add_option("--check-every", a->check_every,
                   "stop cleanly and run `deuteron check` every N cycles (0: only at the end)")
       ->type_name("N");

@@ -141,6 +141,7 @@ void TransferLoad::Run(uint32_t thread) {
       failed();
       continue;
     }
+    if (o_.think_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(rng.Uniform(o_.think_ms + 1)));
     if (txn.Commit().ok()) {
       oracle_->Acknowledged(t);
       acknowledged_.fetch_add(1, std::memory_order_relaxed);

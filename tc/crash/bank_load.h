@@ -26,6 +26,10 @@ struct BankOptions {
   uint32_t accounts = 32;
   int64_t initial_balance = 1000;
   uint32_t threads = 3;
+  // A transfer waits up to this long (uniform) between its writes and its
+  // commit, so that uncommitted writes sit in the DC and above the log's
+  // stable end for a while (0: none).
+  uint32_t think_ms = 0;
 };
 
 std::string AccountKey(uint32_t i);

@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "common/fault_hooks.h"
 #include "tc/crash/crash_test.h"
 #include "tc/crash/run_program.h"
 
@@ -53,6 +55,60 @@ TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[cras
   CHECK(r->keys_checked >= 4 * 16);
   CHECK(r->recovery_ms.size() >= 4);
   CHECK(r->store_checks == 4);  // after cycle 2 and at the end, tc and dc each
+  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+}
+
+CrashOptions Short(std::vector<FaultKind> faults, uint64_t cycles) {
+  CrashOptions o;
+  o.cycles = cycles;
+  o.seed = 11;
+  o.faults = std::move(faults);
+  o.program = DEUTERON_BIN;
+  o.dir = TempDir();
+  o.bank.accounts = 8;
+  o.bank.threads = 2;
+  o.min_window = std::chrono::milliseconds(20);
+  o.max_window = std::chrono::milliseconds(100);
+  o.check_every = 0;
+  o.progress = nullptr;
+  return o;
+}
+
+TEST_CASE("rpc cycles put the proxy's faults between TC and DC and verify", "[crash][crashtest]") {
+  CrashOptions o = Short({FaultKind::kRpc}, 2);
+  // Every frame delayed, some calls cut: the faults surely happen.
+  o.rpc_faults = ProxyFaults{.delay_p = 1.0, .max_delay = std::chrono::milliseconds(2), .drop_p = 0.05,
+                             .reset_p = 0.05, .duplicate_p = 0.2};
+  CrashTest test(o);
+  Result<CrashReport> r = test.Run();
+  REQUIRE(r.ok());
+  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
+  CHECK(r->violations.empty());
+  CHECK(r->cycles == 2);
+  CHECK(r->rpc.frames > 0);
+  CHECK(r->rpc.delayed > 0);
+  CHECK(r->faults[static_cast<size_t>(FaultKind::kRpc)] ==
+        r->rpc.delayed + r->rpc.dropped + r->rpc.reset + r->rpc.duplicated);
+  CHECK(r->history_ops_checked > 0);  // the list-append history was checked
+  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+}
+
+TEST_CASE("power loss, torn write, kill point and I/O error cycles through the hooks verify",
+          "[crash][crashtest]") {
+  if (!fault::HooksCompiled()) return;  // a build without hooks: the command refuses them
+  CrashOptions o = Short({FaultKind::kPowerLoss, FaultKind::kTorn, FaultKind::kKillPoint, FaultKind::kEnospc,
+                          FaultKind::kEio},
+                         5);
+  o.kill_point_probability = "0.2";  // dies at one of its first hits
+  CrashTest test(o);
+  Result<CrashReport> r = test.Run();
+  REQUIRE(r.ok());
+  INFO("run directory " << o.dir);
+  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
+  CHECK(r->violations.empty());
+  CHECK(r->cycles == 5);
+  for (FaultKind k : o.faults) CHECK(r->faults[static_cast<size_t>(k)] == 1);
+  CHECK(r->kill_points_hit == 1);  // P = 0.2 over a start and a window of work
   if (r->violations.empty()) std::filesystem::remove_all(o.dir);
 }
 

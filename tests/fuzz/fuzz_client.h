@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,7 +96,17 @@ inline int Connect(uint16_t port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) Die("connect");
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno != EINTR) Die(std::string("connect: ") + std::strerror(errno));
+    // Interrupted (libFuzzer's timer): the connection goes on; wait for it.
+    pollfd p{fd, POLLOUT, 0};
+    while (::poll(&p, 1, -1) < 0) {
+      if (errno != EINTR) Die("poll for connect");
+    }
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) Die("connect (after EINTR)");
+  }
   // Close with a reset: hundreds of connections a second would otherwise
   // fill the ephemeral ports with TIME_WAIT.
   linger l{1, 0};
@@ -121,7 +132,11 @@ inline std::vector<std::string> RoundTrip(uint16_t port, const std::vector<std::
         std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
     if (left.count() <= 0) Die("no reply to the sentinel within the deadline (a hang)");
     pollfd p{fd, static_cast<int16_t>(POLLIN | (sent < out.size() ? POLLOUT : 0)), 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) < 0) Die("poll");
+    // libFuzzer's timer (SIGALRM, for -timeout) interrupts system calls.
+    if (::poll(&p, 1, static_cast<int>(left.count())) < 0) {
+      if (errno == EINTR) continue;
+      Die("poll");
+    }
     if ((p.revents & POLLOUT) != 0 && sent < out.size()) {
       const ssize_t w = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w > 0) sent += static_cast<size_t>(w);
@@ -129,7 +144,7 @@ inline std::vector<std::string> RoundTrip(uint16_t port, const std::vector<std::
     if ((p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
     char buf[65536];
     const ssize_t r = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       Die("the server closed the connection before answering the sentinel");
     }
     if (r < 0) continue;

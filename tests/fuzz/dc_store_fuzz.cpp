@@ -4,12 +4,13 @@
 // buffer headers, records, transaction records), the mapping-table
 // checkpoints, dc.meta and IDENTITY.
 //
-// At start the target builds a small real store in an in-memory Env (a few
-// dozen keys over several pages, flushed, checkpointed, then more writes
-// flushed after the checkpoint and a crash, so recovery replays LSS records
-// too). Each input is one byte choosing a file of that store, then the
-// bytes that replace it; the store is copied into a fresh in-memory Env with
-// that file replaced and opened with Dc::Open. Opening may fail with a
+// The store: a small real one (a few dozen keys over several pages,
+// flushed, checkpointed, then more writes flushed after the checkpoint and
+// a crash, so recovery replays LSS records too). Each input is one byte
+// choosing a file of that store, then the bytes that replace it (or one of
+// two files the store lacks, the other checkpoint slot and a second
+// segment, then its bytes); the store is copied into a fresh in-memory Env
+// with that change and opened with Dc::Open. Opening may fail with a
 // typed error; when it opens, every key is read (loading every page from
 // the LSS), the store is closed (a checkpoint) and must open again. A
 // crash, hang, leak, over-allocation or abort is a bug.
@@ -167,7 +168,7 @@ Template LoadTemplate(const std::string& corpus) {
   if (!names.ok()) return t;
   std::vector<std::pair<std::string, std::string>> seeds;
   for (const std::string& n : *names) {
-    if (n.starts_with("regress-")) continue;
+    if (n.starts_with("regress-") || n.starts_with("add-")) continue;
     Result<std::string> bytes = deuteron::ReadFileToString(Env::Posix(), deuteron::JoinPath(corpus, n));
     Check(bytes.status(), "read a seed");
     if (bytes->empty()) Fail("empty seed " + n);
@@ -211,7 +212,11 @@ void ReadAll(dc::Dc* d) {
   for (int i = 0; i < 50; i += 7) Ignore(d->Get("key" + std::to_string(i)));
 }
 
-volatile size_t touched[5];
+// Files a store may hold that the template has not: an input may add one.
+const std::string kAdded[] = {"ckpt-0", "lss/0000000000000001.seg"};
+constexpr size_t kAddedCount = sizeof(kAdded) / sizeof(kAdded[0]);
+
+volatile size_t touched[8];
 [[gnu::noinline]] void Touch(size_t i) { touched[i] = touched[i] + 1; }
 
 }  // namespace
@@ -227,6 +232,19 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
       std::fclose(f);
       std::printf("%s: %zu bytes\n", name.c_str(), seed.size());
     }
+    // Seeds adding a file: a copy of the template's file of that kind.
+    for (size_t a = 0; a < kAddedCount; ++a) {
+      const std::string name = "add-" + SeedName(deuteron::JoinPath(kDir, kAdded[a]));
+      const std::string kind = name.substr(4, 4);  // "ckpt", "lss_"
+      for (const auto& [path, bytes] : t.files) {
+        if (SeedName(path).substr(0, 4) != kind) continue;
+        const std::string seed = std::string(1, static_cast<char>(t.files.size() + a)) + bytes;
+        FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "wb");
+        if (f == nullptr || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size()) Fail("write seed");
+        std::fclose(f);
+        break;
+      }
+    }
     std::exit(0);
   }
   return 0;
@@ -235,10 +253,11 @@ extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const Template& t = GetTemplate();
-  const size_t which = data[0] % t.files.size();
-  // A distinct edge per file replaced, so that libFuzzer keeps one seed per
-  // file (each seed alone is the template itself: the same coverage) and
-  // mutates every file's bytes, not only the first seed's.
+  // Selector i < files: file i replaced; files + a: kAdded[a] added.
+  const size_t which = data[0] % (t.files.size() + kAddedCount);
+  // A distinct edge per selector, so that libFuzzer keeps one seed per
+  // file (each seed of a replaced file alone is the template itself: the
+  // same coverage) and mutates every file's bytes, not only one seed's.
   if (which == 0) {
     Touch(0);
   } else if (which == 1) {
@@ -247,16 +266,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Touch(2);
   } else if (which == 3) {
     Touch(3);
-  } else {
+  } else if (which == 4) {
     Touch(4);
+  } else if (which == 5) {
+    Touch(5);
+  } else {
+    Touch(6);
   }
+  const Slice input(reinterpret_cast<const char*>(data) + 1, size - 1);
   std::unique_ptr<Env> env = deuteron::NewMemEnv();
   for (size_t i = 0; i < t.files.size(); ++i) {
     const std::string& path = t.files[i].first;
     Check(env->CreateDirs(deuteron::ParentDir(path)), "mkdir");
-    const Slice bytes = i == which ? Slice(reinterpret_cast<const char*>(data) + 1, size - 1)
-                                   : Slice(t.files[i].second);
-    Check(deuteron::WriteStringToFile(env.get(), bytes, path, false), "write");
+    Check(deuteron::WriteStringToFile(env.get(), i == which ? input : Slice(t.files[i].second), path, false),
+          "write");
+  }
+  if (which >= t.files.size()) {
+    const std::string path = deuteron::JoinPath(kDir, kAdded[which - t.files.size()]);
+    Check(env->CreateDirs(deuteron::ParentDir(path)), "mkdir");
+    Check(deuteron::WriteStringToFile(env.get(), input, path, false), "write");
   }
   Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, Options());
   if (!d.ok()) return 0;  // a typed error: the right answer to a damaged store

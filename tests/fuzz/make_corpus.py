@@ -1,11 +1,22 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of server_frame_fuzz: byte streams a client might
-send a Deuteron server (framed strict-binary Thrift calls, pipelined, and a
-few broken ones). Run from anywhere; rewrites tests/fuzz/corpus/server_frame/."""
+"""Writes the seed corpora of the fuzz targets (tests/fuzz/README.md) into
+tests/fuzz/corpus/<target>/, replacing what is there.
+
+server_frame_fuzz: byte streams a client might send a Deuteron server
+(framed strict-binary Thrift calls, pipelined, and a few broken ones),
+written here. Every other target writes its own seeds from real data (calls
+built with the generated Thrift code, a real log, a real store) when run
+with DEUTERON_FUZZ_WRITE_SEEDS=<dir>: give the directory of the built
+targets (scripts/fuzz --seeds does: build/fuzz/bin).
+
+Usage: make_corpus.py [bin_dir]"""
 import os
 import struct
+import subprocess
+import sys
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "server_frame")
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus", "server_frame_fuzz")
 
 
 def s(b):
@@ -71,7 +82,31 @@ seeds = {
     "string_over": frame(msg("get", 18, b"\x0b\x00\x01\x7f\xff\xff\xff")),
 }
 
-os.makedirs(OUT, exist_ok=True)
+
+
+def fresh(path):
+    """Empties `path` of seeds, keeping the inputs that found bugs (regress-*)."""
+    os.makedirs(path, exist_ok=True)
+    for f in os.listdir(path):
+        if not f.startswith("regress-"):
+            os.remove(os.path.join(path, f))
+
+
+fresh(OUT)
 for name, data in seeds.items():
     with open(os.path.join(OUT, name), "wb") as f:
         f.write(data)
+
+if len(sys.argv) > 1:
+    bin_dir = sys.argv[1]
+    for src in sorted(os.listdir(HERE)):
+        target = src[:-4]
+        if not src.endswith("_fuzz.cpp") or target == "server_frame_fuzz":
+            continue
+        out = os.path.join(HERE, "corpus", target)
+        fresh(out)
+        env = dict(os.environ, DEUTERON_FUZZ_WRITE_SEEDS=out)
+        subprocess.run([os.path.join(bin_dir, target)], env=env, check=True, stdout=subprocess.DEVNULL)
+        files = os.listdir(out)
+        size = sum(os.path.getsize(os.path.join(out, f)) for f in files)
+        print(f"{target}: {len(files)} seeds, {size} bytes")

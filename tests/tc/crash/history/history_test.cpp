@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/random.h"
 #include "tc/crash/history/history.h"
 #include "tc/crash/history/history_check.h"
 
@@ -110,6 +111,32 @@ TEST_CASE("history: a malformed line is a typed error naming the line", "[histor
   auto missing = History::Load(path);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().IsNotFound());
+}
+
+TEST_CASE("history: mangled lines load or fail with InvalidArgument, never crash", "[history]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rng(seed);
+  const std::string good =
+      R"({"id":5,"client":2,"status":"ok","start":1,"end":2,"ops":[["append","x",9],["r","y",[1,2]],["r","z",null]]})";
+  const std::string alphabet = "{}[]\",:-0123456789nulltruefalse \\u";
+  for (int i = 0; i < 3000; ++i) {
+    std::string line = good;
+    const int edits = 1 + static_cast<int>(rng.Uniform(4));
+    for (int e = 0; e < edits && !line.empty(); ++e) {
+      const size_t pos = rng.Uniform(line.size());
+      switch (rng.Uniform(3)) {
+        case 0: line[pos] = alphabet[rng.Uniform(alphabet.size())]; break;
+        case 1: line.erase(pos, 1 + rng.Uniform(8)); break;
+        default: line.resize(pos); break;
+      }
+    }
+    auto t = History::FromJson(line);
+    if (!t.ok()) {
+      INFO(line);
+      CHECK(t.status().IsInvalidArgument());
+    }
+  }
 }
 
 TEST_CASE("history: concurrent recording keeps every transaction and value", "[history]") {

@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,15 +37,6 @@ namespace {
 
 namespace proto = ::deuteron::protocol;
 constexpr uint64_t kMiB = 1 << 20;
-
-uint64_t ProcStatusBytes(int pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) << 10;
-  }
-  return 0;
-}
 
 int64_t MemoryUsed(uint16_t port) {
   ThriftTc c(port);
@@ -128,7 +118,7 @@ TEST_CASE("deuteron tc under a memory attack stays within its budget and keeps s
             "--max-frame-size", std::to_string(frame), "--io-threads", std::to_string(io_threads),
             "--worker-threads", std::to_string(workers)});
   const uint16_t port = ServingPort(tc.ReadLine());
-  const uint64_t serving = ProcStatusBytes(tc.pid(), "VmRSS");
+  const uint64_t serving = tc.process().RssBytes();
   REQUIRE(serving > 0);
   const uint64_t bound = serving + budget + request_memory + (io_threads + workers) * 3 * frame + allowance;
   const int64_t baseline = MemoryUsed(port);
@@ -168,7 +158,7 @@ TEST_CASE("deuteron tc under a memory attack stays within its budget and keeps s
     REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(120));
   }
   small_error.PermitUncheckedError();
-  const uint64_t peak = ProcStatusBytes(tc.pid(), "VmHWM");
+  const uint64_t peak = tc.process().PeakRssBytes();
   const int64_t held = MemoryUsed(port);
   leave.store(true);
   for (std::thread& t : attackers) t.join();
@@ -187,7 +177,7 @@ TEST_CASE("deuteron tc under a memory attack stays within its budget and keeps s
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the allocator's decay (1 s)
-  const uint64_t rss_after = ProcStatusBytes(tc.pid(), "VmRSS");
+  const uint64_t rss_after = tc.process().RssBytes();
   std::printf(
       "deuteron tc --memory-budget %.0f MiB: %d attackers wrote %.1f MiB in %d puts, refused %d times; "
       "%d small transactions committed; budget held %.1f MiB at the attack's height, %.1f MiB after "

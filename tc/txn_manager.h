@@ -171,18 +171,23 @@ class Transaction {
 
   bool active() const { return active_; }
   // The write set's size as its commit record encodes it (tc/commit_record.md:
-  // per key the key, the value and at most 11 bytes of kind and lengths, plus
-  // 6), and its number of keys; 0 once finished. For memory accounting
-  // (tc/server/tc_budget.h).
+  // per key its kind, key and value with their varint lengths; plus at most 6
+  // for the version and count), and its number of keys; 0 once finished.
+  // For memory accounting (tc/server/tc_budget.h).
   size_t write_set_bytes() const { return writes_.empty() ? 0 : write_bytes_ + kRecordHeaderBytes; }
   size_t write_set_keys() const { return writes_.size(); }
 
  private:
   friend class TxnManager;
-  static constexpr size_t kRecordHeaderBytes = 6;   // version + op count
-  static constexpr size_t kOpOverheadBytes = 11;    // kind + two varint32 lengths
+  static constexpr size_t kRecordHeaderBytes = 6;   // version + op count (a varint32, at most 5)
+  static size_t VarintBytes(size_t n) {
+    size_t bytes = 1;
+    for (; n >= 0x80; n >>= 7) ++bytes;
+    return bytes;
+  }
+  // An operation's bytes in the commit record: kind, key, and an upsert's value.
   static size_t OpBytes(size_t key, const std::optional<std::string>& value) {
-    return key + (value ? value->size() : 0) + kOpOverheadBytes;
+    return 1 + VarintBytes(key) + key + (value ? VarintBytes(value->size()) + value->size() : 0);
   }
   // Records `value` (nullopt: a delete) for `key` in the write set, or
   // TooLarge when the write set would pass the limit.

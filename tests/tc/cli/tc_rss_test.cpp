@@ -179,11 +179,11 @@ TEST_CASE("deuteron tc under a memory attack stays within its budget and keeps s
   std::this_thread::sleep_for(std::chrono::seconds(2));  // the allocator's decay (1 s)
   const uint64_t rss_after = tc.process().RssBytes();
   std::printf(
-      "deuteron tc --memory-budget %.0f MiB: %d attackers wrote %.1f MiB in %d puts, refused %d times; "
+      "deuteron tc --memory-budget %.0f MiB%s: %d attackers wrote %.1f MiB in %d puts, refused %d times; "
       "%d small transactions committed; budget held %.1f MiB at the attack's height, %.1f MiB after "
       "(%.1f MiB before); resident once serving %.1f MiB, peak (VmHWM) %.1f MiB, bound %.1f MiB, "
       "resident after %.1f MiB\n",
-      budget / 1048576.0, kAttackers, sum.puts * 16.0 / 1024, sum.puts, sum.refused, small_ok, held / 1048576.0,
+      budget / 1048576.0, enforce ? "" : " (TC_RSS_TEST_OFF: started with 0, none)", kAttackers, sum.puts * 16.0 / 1024, sum.puts, sum.refused, small_ok, held / 1048576.0,
       after / 1048576.0, baseline / 1048576.0, serving / 1048576.0, peak / 1048576.0, bound / 1048576.0,
       rss_after / 1048576.0);
   std::fflush(stdout);

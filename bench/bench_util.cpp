@@ -14,6 +14,7 @@
 
 #include <sys/resource.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 namespace deuteron::bench {
 namespace {
@@ -414,6 +415,24 @@ void ResultLine::Print() const {
   std::lock_guard<std::mutex> lock(StderrMutex());  // one writer at a time, stdout too
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);
+}
+
+Result<std::string> FindDeuteron(const std::string& explicit_path) {
+  std::string path = explicit_path;
+  if (path.empty()) {
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return Status::FromErrno(errno, "readlink /proc/self/exe");
+    std::string dir(self, static_cast<size_t>(n));
+    dir.resize(dir.rfind('/'));
+    path = dir + "/deuteron";
+  }
+  if (access(path.c_str(), X_OK) != 0) {
+    return Status::NotFound(fmt::format("no deuteron program at {} (build the `deuteron` target, "
+                                        "or name it with --deuteron)",
+                                        path));
+  }
+  return path;
 }
 
 }  // namespace deuteron::bench

@@ -174,6 +174,12 @@ void RunThreads(int n, const std::function<void(int)>& fn);
 // Removes `path` and everything under it; a failure is reported on stderr.
 void RemoveTree(const std::string& path);
 
+// `explicit_path` when not empty, else `deuteron` in the directory of this
+// program (/proc/self/exe; the build puts every program in build/<preset>/bin/).
+// NotFound when it is not an executable file. Run it as a child process with
+// tc/cli/server_process.h.
+Result<std::string> FindDeuteron(const std::string& explicit_path);
+
 // Nanoseconds on a monotonic clock, for timing one operation.
 inline uint64_t NowNanos() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -35,6 +35,7 @@
 #include "bench/bench_util.h"
 #include "common/random.h"
 #include "protocol/remote_dc.h"
+#include "tc/cli/server_process.h"
 
 namespace deuteron::bench {
 namespace {
@@ -44,17 +45,6 @@ constexpr uint64_t kKeys = 100'000;
 constexpr size_t kValueSize = 256;
 
 std::string Key(uint64_t k) { return fmt::format("k{:08}", k); }
-
-// `field` (VmRSS, VmHWM) of process `pid`, in bytes; 0 when unknown.
-uint64_t ProcStatusBytes(pid_t pid, const char* field) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
-  }
-  return 0;
-}
 
 // CPU seconds (user + system) process `pid` has used; 0 when unknown.
 double ProcCpuSeconds(pid_t pid) {
@@ -71,12 +61,6 @@ double ProcCpuSeconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-struct ServerProcess {
-  pid_t pid = -1;
-  uint16_t port = 0;
-  uint64_t start_rss = 0;  // VmRSS once it printed its serving line
-};
-
 // The server's defaults (dc::DcServerOptions, deuteron dc --help).
 constexpr uint64_t kDefaultRequestLimit = uint64_t{128} << 20;
 constexpr uint64_t kDefaultMaxFrame = uint64_t{64} << 20;
@@ -92,11 +76,11 @@ uint64_t RssBound(uint64_t start_rss, uint64_t budget, uint64_t request_limit, u
 }
 
 // Starts `bin dc --dir dir --listen 127.0.0.1:0 --memory-budget budget`
-// (with --request-memory-limit and --max-frame-size when not the defaults)
-// and reads its port from the "serving ... on HOST:PORT" line.
-ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64_t budget,
-                          uint64_t request_limit, uint64_t max_frame) {
-  std::vector<std::string> args = {bin, "dc", "--dir", dir, "--listen", "127.0.0.1:0",
+// (with --request-memory-limit and --max-frame-size when not the defaults);
+// its port is read from its "serving ... on HOST:PORT" line.
+std::unique_ptr<cli::ServerProcess> StartServer(const std::string& bin, const std::string& dir, uint64_t budget,
+                                                uint64_t request_limit, uint64_t max_frame) {
+  std::vector<std::string> args = {"dc", "--dir", dir, "--listen", "127.0.0.1:0",
                                    "--memory-budget", std::to_string(budget)};
   if (request_limit != kDefaultRequestLimit) {
     args.push_back("--request-memory-limit");
@@ -106,46 +90,7 @@ ServerProcess StartServer(const std::string& bin, const std::string& dir, uint64
     args.push_back("--max-frame-size");
     args.push_back(std::to_string(max_frame));
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (pipe(fds) != 0) CheckOk(Status::IOError("pipe"), "start server");
-  const pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    close(fds[1]);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  ServerProcess p;
-  p.pid = pid;
-  std::string out;
-  char c;
-  while (read(fds[0], &c, 1) == 1) {
-    if (c != '\n') {
-      out += c;
-      continue;
-    }
-    const size_t on = out.find(" on 127.0.0.1:");
-    if (on != std::string::npos) {
-      p.port = static_cast<uint16_t>(std::atoi(out.c_str() + on + 14));
-      break;
-    }
-    out.clear();
-  }
-  // Keep draining its stdout so that it never blocks on a full pipe.
-  std::thread([fd = fds[0]] {
-    char buf[4096];
-    while (read(fd, buf, sizeof(buf)) > 0) {
-    }
-    close(fd);
-  }).detach();
-  if (p.port == 0) CheckOk(Status::IOError("the server printed no port"), "start server");
-  p.start_rss = ProcStatusBytes(pid, "VmRSS");
-  return p;
+  return CheckOk(cli::ServerProcess::StartServing(bin, args, std::chrono::seconds(120)), "start server");
 }
 
 struct Totals {
@@ -223,15 +168,12 @@ int Run(int argc, char** argv) {
   if (const char* b = std::getenv("DEUTERON_SERVER_BIN"); b != nullptr) {
     bin = b;
   } else {
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[n > 0 ? n : 0] = '\0';
-    bin = std::string(self);
-    bin = bin.substr(0, bin.rfind('/') + 1) + "deuteron";
+    bin = CheckOk(FindDeuteron(""), "find deuteron");
   }
-  const ServerProcess server =
+  const std::unique_ptr<cli::ServerProcess> server =
       StartServer(bin, scratch.path() + "/store", budget, request_limit, max_frame);
-  const uint64_t bound = RssBound(server.start_rss, budget, request_limit, max_frame);
+  const uint64_t start_rss = server->RssBytes();  // once it printed its serving line
+  const uint64_t bound = RssBound(start_rss, budget, request_limit, max_frame);
   bool over_bound = false;
   // Every line: the server's peak resident memory so far against the bound.
   auto set_memory = [&](ResultLine& line, uint64_t peak) {
@@ -239,34 +181,34 @@ int Run(int argc, char** argv) {
         .Set("request_memory_limit_bytes", request_limit)
         .Set("peak_rss_bytes", peak)
         .Set("rss_bound_bytes", bound)
-        .Set("start_rss_bytes", server.start_rss)
+        .Set("start_rss_bytes", start_rss)
         .SetBool("within_bound", peak <= bound);
     if (peak > bound) over_bound = true;
   };
-  Progress("server {} pid {} port {}: {} clients for {} s", bin, server.pid, server.port, threads,
+  Progress("server {} pid {} port {}: {} clients for {} s", bin, server->pid(), server->port(), threads,
            seconds);
 
   Totals totals;
   LatencySet all(threads);
   std::atomic<bool> stop{false};
   std::vector<std::thread> clients;
-  const double cpu_start = ProcCpuSeconds(server.pid);
+  const double cpu_start = ProcCpuSeconds(server->pid());
   Stopwatch watch;
   for (int i = 0; i < threads; ++i) {
-    clients.emplace_back(Client, i, server.port, &totals, all.ForThread(i), &stop);
+    clients.emplace_back(Client, i, server->port(), &totals, all.ForThread(i), &stop);
   }
   uint64_t rss_peak_sampled = 0;
   uint64_t last_calls = 0;
   double last_t = 0;
   while (watch.Seconds() < static_cast<double>(seconds)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    rss_peak_sampled = std::max(rss_peak_sampled, ProcStatusBytes(server.pid, "VmRSS"));
+    rss_peak_sampled = std::max(rss_peak_sampled, server->RssBytes());
     const double t = watch.Seconds();
     if (t - last_t >= static_cast<double>(interval_s)) {
       const uint64_t calls = totals.calls.load();
       ResultLine line(kBench, "interval", "dc_server", threads, calls - last_calls, t - last_t);
-      line.Set("at_s", t).Set("rss_bytes", ProcStatusBytes(server.pid, "VmRSS"));
-      set_memory(line, std::max(ProcStatusBytes(server.pid, "VmHWM"), rss_peak_sampled));
+      line.Set("at_s", t).Set("rss_bytes", server->RssBytes());
+      set_memory(line, std::max(server->PeakRssBytes(), rss_peak_sampled));
       line.Print();
       last_calls = calls;
       last_t = t;
@@ -275,21 +217,19 @@ int Run(int argc, char** argv) {
   stop.store(true);
   for (auto& c : clients) c.join();
   const double elapsed = watch.Seconds();
-  const uint64_t peak = std::max(ProcStatusBytes(server.pid, "VmHWM"), rss_peak_sampled);
+  const uint64_t peak = std::max(server->PeakRssBytes(), rss_peak_sampled);
   ResultLine line(kBench, "mixed", "dc_server", threads, totals.calls.load(), elapsed);
   line.SetLatenciesNs(all.Merged()).Set("errors", totals.errors.load());
   set_memory(line, peak);
   // The server's CPU per call: what the machine's load does not change much.
-  const double server_cpu = ProcCpuSeconds(server.pid) - cpu_start;
+  const double server_cpu = ProcCpuSeconds(server->pid()) - cpu_start;
   line.Set("peak_rss_over_budget", Ratio(static_cast<double>(peak), static_cast<double>(budget)))
       .Set("server_cpu_s", server_cpu)
       .Set("server_cpu_us_per_call",
            Ratio(server_cpu * 1e6, static_cast<double>(totals.calls.load())))
       .SetString("server_bin", bin);
   line.Print();
-  kill(server.pid, SIGTERM);
-  int status = 0;
-  waitpid(server.pid, &status, 0);
+  server->Stop(SIGTERM);
   if (over_bound) Progress("the server's peak resident memory passed the bound {}", bound);
   return totals.errors.load() == 0 && !over_bound ? 0 : 1;
 }

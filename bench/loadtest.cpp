@@ -1,6 +1,7 @@
 // loadtest: a split deployment under a sustained load (issue 30; run by
 // scripts/loadtest; bench/README.md, "loadtest"). Starts a `deuteron dc`
-// (with --dc-budget as its memory budget) and a `deuteron tc` against it, each
+// (with --dc-budget as its memory budget) and a `deuteron tc` against it (with
+// --tc-budget as its memory budget, tc/server/tc_server.md), each
 // a process on loopback in a fresh directory under the scratch directory, then
 // runs --threads clients (default 64) through the client library for
 // --seconds (default 600): transactions of 4 operations on 100-byte values
@@ -15,10 +16,10 @@
 // `split`, workload `interval`) with the commits of that interval, commits/s,
 // the errors of each type so far and both servers' resident memory; at the
 // end a `summary` line with the totals, errors by type, and each server's
-// peak resident memory (VmHWM) against its budget: the DC's --dc-budget, the
-// TC's --tc-budget (`deuteron tc` has no budget option of its own: the
-// driver's stated limit). Exit status 0 only when every error was a
-// retryable abort and both peaks are within 1.1x their budgets.
+// peak resident memory (VmHWM) against its budget: the DC's --dc-budget and
+// the TC's --tc-budget, each passed to its server as its --memory-budget.
+// Exit status 0 only when every error was a retryable abort and both peaks
+// are within 1.1x their budgets.
 #include <signal.h>
 
 #include <array>
@@ -33,11 +34,11 @@
 #include <fmt/core.h>
 
 #include "bench/bench_util.h"
-#include "bench/server_process.h"
 #include "bench/zipf.h"
 #include "common/env.h"
 #include "common/random.h"
 #include "common/status.h"
+#include "tc/cli/server_process.h"
 #include "tc/client/client.h"
 
 namespace deuteron::bench {
@@ -174,7 +175,8 @@ int Main(int argc, char** argv) {
                 {"dist", "key distribution: zipf (scrambled Zipfian 0.99) or uniform", "zipf"},
                 {"dc-budget", "the DC server's memory budget, bytes (deuteron dc --memory-budget)",
                  "134217728"},
-                {"tc-budget", "the TC server's resident memory limit, bytes", "134217728"},
+                {"tc-budget", "the TC server's memory budget, bytes (deuteron tc --memory-budget)",
+                 "134217728"},
                 {"deuteron", "the deuteron program (default: next to this one)", ""}};
   ScratchDir scratch;
   const BenchArgs args = ParseArgs(argc, argv, info, &scratch);
@@ -189,22 +191,22 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ScrambledZipf> zipf;
   if (dist == "zipf") zipf = std::make_unique<ScrambledZipf>(keys);
   const uint64_t dc_budget = ParseU64Flag(info, args, "dc-budget", 16ull << 20, 1ull << 40);
-  const uint64_t tc_budget = ParseU64Flag(info, args, "tc-budget", 1ull << 20, 1ull << 40);
+  const uint64_t tc_budget = ParseU64Flag(info, args, "tc-budget", 8ull << 20, 1ull << 40);
   const std::string deuteron = CheckOk(FindDeuteron(args.FlagValue("deuteron")), "find deuteron");
 
   const std::string dc_dir = JoinPath(scratch.path(), "dc");
   const std::string tc_dir = JoinPath(scratch.path(), "tc");
   const auto start_timeout = std::chrono::seconds(120);
-  auto dc = CheckOk(ServerProcess::Start(deuteron,
+  auto dc = CheckOk(cli::ServerProcess::StartServing(deuteron,
                                          {"dc", "--dir", dc_dir, "--listen", "127.0.0.1:0",
                                           "--memory-budget", std::to_string(dc_budget)},
                                          start_timeout),
                     "start deuteron dc");
   Progress("{}", dc->first_line());
   auto tc = CheckOk(
-      ServerProcess::Start(deuteron,
+      cli::ServerProcess::StartServing(deuteron,
                            {"tc", "--dir", tc_dir, "--dc", fmt::format("127.0.0.1:{}", dc->port()),
-                            "--listen", "127.0.0.1:0"},
+                            "--listen", "127.0.0.1:0", "--memory-budget", std::to_string(tc_budget)},
                            start_timeout),
       "start deuteron tc");
   Progress("{}", tc->first_line());

@@ -8,9 +8,9 @@
 
 #include <fmt/core.h>
 
-#include "bench/server_process.h"
 #include "common/env.h"
 #include "protocol/remote_dc.h"
+#include "tc/cli/server_process.h"
 #include "tc/client/client.h"
 
 namespace deuteron::bench {
@@ -30,7 +30,7 @@ class SplitSystem final : public ModeSystem {
   SplitSystem(const std::string& deuteron, const std::string& dir, const wal::LogOptions& log,
               const tc::TxnOptions& txn, size_t dc_connections) {
     CheckOk(Env::Posix()->CreateDirs(dir), "create the split directory");
-    server_ = CheckOk(ServerProcess::Start(deuteron,
+    server_ = CheckOk(cli::ServerProcess::StartServing(deuteron,
                                            {"dc", "--dir", dir + "/dc", "--listen", "127.0.0.1:0"},
                                            kStartTimeout),
                       "start deuteron dc");
@@ -64,7 +64,7 @@ class SplitSystem final : public ModeSystem {
   }
 
  private:
-  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<cli::ServerProcess> server_;
   std::unique_ptr<wal::Log> log_;
   std::unique_ptr<protocol::RemoteDataComponent> dc_;
   std::unique_ptr<tc::TxnManager> tm_;
@@ -103,7 +103,7 @@ class RemoteSystem final : public ModeSystem {
   RemoteSystem(const std::string& deuteron, const std::string& dir, const tc::TxnOptions& txn,
                size_t clients) {
     server_ = CheckOk(
-        ServerProcess::Start(deuteron,
+        cli::ServerProcess::StartServing(deuteron,
                              {"serve", "--dir", dir, "--listen", "127.0.0.1:0", "--lock-timeout-ms",
                               std::to_string(txn.lock_timeout.count())},
                              kStartTimeout),
@@ -134,7 +134,7 @@ class RemoteSystem final : public ModeSystem {
   }
 
  private:
-  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<cli::ServerProcess> server_;
   std::unique_ptr<client::Client> client_;
 };
 

@@ -293,6 +293,13 @@ struct TcStats {
   24: i64 uptime_ms,
   25: optional DcStats dc,    // the DC's, when it answered
   26: optional string dc_error, // why not, when it did not
+  // The TC server's memory budget (tc/server/tc_server.md): its limit (0:
+  // not enforced), the bytes charged now and at most, and the begins and
+  // calls it refused. Absent from older servers (read as 0).
+  27: optional i64 memory_budget,
+  28: optional i64 memory_used,
+  29: optional i64 memory_peak,
+  30: optional i64 memory_refusals,
 }
 
 service TransactionService {

@@ -40,6 +40,7 @@ void Transaction::Abort() {
   if (!active_) return;
   active_ = false;
   writes_.clear();
+  write_bytes_ = 0;
   tm_->locks_.ReleaseAll(id_);
   tm_->aborts_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -69,15 +70,34 @@ Status Transaction::Put(Slice key, Slice value) {
     return Status::TooLarge("key or value over the limits");
   }
   if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kExclusive); !s.ok()) return Fail(std::move(s));
-  writes_.insert_or_assign(key.ToString(), value.ToString());
-  return Status::OK();
+  return RecordWrite(key, value.ToString());
 }
 
 Status Transaction::Delete(Slice key) {
   if (Status s = CheckActive(); !s.ok()) return s;
   if (key.size() > tm_->options_.max_key_size) return Status::TooLarge("key over the limit");
   if (Status s = tm_->locks_.LockKey(id_, key, LockMode::kExclusive); !s.ok()) return Fail(std::move(s));
-  writes_.insert_or_assign(key.ToString(), std::nullopt);
+  return RecordWrite(key, std::nullopt);
+}
+
+Status Transaction::RecordWrite(Slice key, std::optional<std::string> value) {
+  const std::string_view k(key.data(), key.size());
+  auto it = writes_.find(k);
+  const size_t old_bytes = it == writes_.end() ? 0 : OpBytes(k.size(), it->second);
+  const size_t new_bytes = write_bytes_ - old_bytes + OpBytes(k.size(), value);
+  const size_t limit = tm_->options_.max_write_set_bytes != 0 ? tm_->options_.max_write_set_bytes
+                                                              : tm_->log_->MaxPayload();
+  if (new_bytes + kRecordHeaderBytes > limit) {
+    // The X lock stays: released with the others at commit or abort.
+    return Status::TooLarge("transaction " + std::to_string(id_) + ": its write set would pass " +
+                            std::to_string(limit) + " bytes");
+  }
+  if (it == writes_.end()) {
+    writes_.emplace(std::string(k), std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  write_bytes_ = new_bytes;
   return Status::OK();
 }
 
@@ -113,6 +133,7 @@ Status Transaction::Commit() {
   bool released = false;
   Status s = tm_->CommitWrites(this, &released);
   writes_.clear();
+  write_bytes_ = 0;
   // Strict 2PL: unless released early (once applied), the locks go only
   // now, after the record is durable (or the TC failed, which refuses every
   // later read). Its own record ends above every dependency it read.

@@ -109,6 +109,11 @@ struct TxnOptions {
   // the bytes to replay (for a progress line, tc/cli/progress.h); from the
   // recovering thread, at most once per record. Empty: none.
   std::function<void(uint64_t done, uint64_t total)> replay_progress;
+  // Most bytes of one transaction's write set, as its commit record encodes
+  // them (Transaction::write_set_bytes); a write that would pass it fails
+  // TooLarge and the transaction stays active. 0: the most the log takes in
+  // one record (wal::Log::MaxPayload), past which the commit would fail.
+  size_t max_write_set_bytes = 0;
 };
 
 struct TxnStats {
@@ -165,9 +170,28 @@ class Transaction {
   void Abort();
 
   bool active() const { return active_; }
+  // The write set's size as its commit record encodes it (tc/commit_record.md:
+  // per key its kind, key and value with their varint lengths; plus at most 6
+  // for the version and count), and its number of keys; 0 once finished.
+  // For memory accounting (tc/server/tc_budget.h).
+  size_t write_set_bytes() const { return writes_.empty() ? 0 : write_bytes_ + kRecordHeaderBytes; }
+  size_t write_set_keys() const { return writes_.size(); }
 
  private:
   friend class TxnManager;
+  static constexpr size_t kRecordHeaderBytes = 6;   // version + op count (a varint32, at most 5)
+  static size_t VarintBytes(size_t n) {
+    size_t bytes = 1;
+    for (; n >= 0x80; n >>= 7) ++bytes;
+    return bytes;
+  }
+  // An operation's bytes in the commit record: kind, key, and an upsert's value.
+  static size_t OpBytes(size_t key, const std::optional<std::string>& value) {
+    return 1 + VarintBytes(key) + key + (value ? VarintBytes(value->size()) + value->size() : 0);
+  }
+  // Records `value` (nullopt: a delete) for `key` in the write set, or
+  // TooLarge when the write set would pass the limit.
+  Status RecordWrite(Slice key, std::optional<std::string> value);
   friend class ScanIterator;
   Transaction(TxnManager* tm, TxnId id) : tm_(tm), id_(id) {}
   Status CheckActive() const;
@@ -183,6 +207,7 @@ class Transaction {
   bool active_ = true;
   // key -> value, or nullopt for a delete. One op per key: the last write.
   std::map<std::string, std::optional<std::string>, std::less<>> writes_;
+  size_t write_bytes_ = 0;  // sum of OpBytes over writes_
   int open_scans_ = 0;  // live ScanIterators, which must go first
   // Early lock release: a log end that must be durable before this
   // transaction is acknowledged (0: none), the end of the latest

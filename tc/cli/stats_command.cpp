@@ -178,6 +178,11 @@ std::string Text(const HostPort& where, const Snapshot& s, const Snapshot* befor
     line("latency", "commit p50 " + Micros(t.commit_p50_us) + ", p90 " + Micros(t.commit_p90_us) + ", p99 " +
                         Micros(t.commit_p99_us) + ", max " + Micros(t.commit_max_us) + " (" +
                         std::to_string(t.commit_count) + " timed)");
+    line("memory", Num(static_cast<double>(t.memory_used) / 1048576, "%.1f") + " MiB held of a budget of " +
+                       (t.memory_budget == 0 ? std::string("none")
+                                             : Num(static_cast<double>(t.memory_budget) / 1048576, "%.1f") + " MiB") +
+                       ", at most " + Num(static_cast<double>(t.memory_peak) / 1048576, "%.1f") + " MiB; " +
+                       std::to_string(t.memory_refusals) + " calls refused");
     line("log", "ESL " + std::to_string(t.esl) + ", RSSP " + std::to_string(t.rssp) + ", lag " +
                     FormatSize(static_cast<uint64_t>(t.esl > t.rssp ? t.esl - t.rssp : 0)) + "; held " +
                     FormatSize(static_cast<uint64_t>(t.log_held_bytes)) + ", written " +
@@ -249,6 +254,10 @@ std::string Json(const HostPort& where, const Snapshot& s, const Snapshot* befor
     field("open_transactions", t.open_transactions);
     field("connections", t.connections);
     field("uptime_ms", t.uptime_ms);
+    field("memory_budget", t.memory_budget);
+    field("memory_used", t.memory_used);
+    field("memory_peak", t.memory_peak);
+    field("memory_refusals", t.memory_refusals);
   }
   if (s.dc) {
     const DcStats& d = *s.dc;

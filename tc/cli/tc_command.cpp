@@ -17,6 +17,7 @@
 #include "common/dir_lock.h"
 #include "common/env.h"
 #include "common/fault_hooks.h"
+#include "common/heap.h"
 #include "common/status.h"
 #include "protocol/remote_dc.h"
 #include "tc/cli/progress.h"
@@ -38,6 +39,15 @@ struct Args {
   std::chrono::milliseconds checkpoint_interval{60'000};
   std::string secret_file;
   std::string secret;  // loaded at run time
+  // The TC server's memory budget (tc/server/tc_server.md, "The memory
+  // budget"; `tc`: --memory-budget, `serve`: --tc-memory-budget) and the
+  // server layer's limits (protocol/protocol.md, "Limits").
+  uint64_t tc_budget = tc::TcServiceOptions{}.memory_budget;
+  uint64_t max_txn_bytes = 0;
+  uint64_t max_frame = tc::TcServerOptions{}.max_frame_size;
+  uint64_t request_memory = tc::TcServerOptions{}.request_memory_limit;
+  uint64_t worker_threads = static_cast<uint64_t>(tc::TcServerOptions{}.worker_threads);
+  uint64_t io_threads = static_cast<uint64_t>(tc::TcServerOptions{}.io_threads);
 };
 
 // The options `serve` and `tc` share.
@@ -58,6 +68,18 @@ void AddCommonOptions(CLI::App* cmd, Args* a) {
                   "the shared secret every client (and, for tc, the DC server) must present; else "
                   "$DEUTERON_SECRET. Required to listen on an address other than loopback")
       ->type_name("PATH");
+  AddSizeOption(cmd, "--max-transaction-bytes", &a->max_txn_bytes,
+                "most bytes of one transaction's writes (as its commit record encodes them); more gets "
+                "TOO_LARGE (0: the most the log takes in one record, about 1 MiB)");
+  AddSizeOption(cmd, "--max-frame-size", &a->max_frame, "largest request or reply frame, payload bytes");
+  AddSizeOption(cmd, "--request-memory-limit", &a->request_memory,
+                "bytes held for requests being read, run and answered, server-wide (at least "
+                "--max-frame-size); over it the server reads no more until some is released");
+  cmd->add_option("--worker-threads", a->worker_threads,
+                  "threads that run calls (each call may wait for a lock: more lock waits at once queue)")
+      ->check(Within(1, 4096))->type_name("N");
+  cmd->add_option("--io-threads", a->io_threads, "event loops (1 to 256), each one thread")
+      ->check(Within(1, 256))->type_name("N");
 }
 
 void CheckCommon(const Args& a) {
@@ -69,6 +91,18 @@ void CheckCommon(const Args& a) {
   }
   if (a.checkpoint_interval.count() <= 0 || a.checkpoint_interval > std::chrono::hours(24)) {
     UsageError("--checkpoint-interval takes 1ms to 1d");
+  }
+  if (a.max_frame < 64 || a.max_frame > UINT32_MAX) UsageError("--max-frame-size takes 64 B to 4294967295 B");
+  if (a.request_memory < a.max_frame) UsageError("--request-memory-limit must be at least --max-frame-size");
+}
+
+// The TC budget must hold the log's buffers (charged at start) and leave
+// room for transactions: at least twice the buffers.
+void CheckTcBudget(const Args& a, const char* flag) {
+  const uint64_t buffers = wal::LogOptions{}.buffer_size;
+  if (a.tc_budget != 0 && a.tc_budget < 2 * buffers) {
+    UsageError(std::string(flag) + " must be 0 (none) or at least " + std::to_string(2 * buffers >> 20) +
+               " MiB (twice the log's buffer)");
   }
 }
 
@@ -88,13 +122,19 @@ class Command {
   }
 
   // Serves `tm` until SIGINT or SIGTERM; the server is stopped on return.
-  int Serve(tc::TxnManager* tm, const Args& a, const sigset_t& signals) const {
+  int Serve(tc::TxnManager* tm, uint64_t log_buffer_bytes, const Args& a, const sigset_t& signals) const {
     tc::TcServerOptions so;
     so.host = a.listen.host;
     so.port = a.listen.port;
     so.max_connections = a.max_connections;
     so.idle_timeout = a.idle_timeout;
     so.shared_secret = a.secret;
+    so.max_frame_size = static_cast<uint32_t>(a.max_frame);
+    so.request_memory_limit = a.request_memory;
+    so.worker_threads = static_cast<int>(a.worker_threads);
+    so.io_threads = static_cast<int>(a.io_threads);
+    so.service.memory_budget = a.tc_budget;
+    so.service.memory_reserved = log_buffer_bytes;  // the log's ring, allocated at open
     tc::TcServer server(tm, so);
     if (Status s = server.Start(); !s.ok()) {
       std::fprintf(stderr, "deuteron %s: listen %s: %s\n", name_, a.listen.ToString().c_str(),
@@ -188,6 +228,7 @@ int RunServe(Args& a) {
   o.dc.llama.memory_budget = a.budget;
   o.txn.lock_timeout = a.lock_timeout;
   o.txn.checkpoint_interval = a.checkpoint_interval;
+  o.txn.max_write_set_bytes = a.max_txn_bytes;
   ReplayProgress progress("serve: replaying the log");
   o.txn.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::Database>> db = tc::Database::Open(a.dir, o);
@@ -196,7 +237,7 @@ int RunServe(Args& a) {
     std::fprintf(stderr, "deuteron serve: open %s: %s\n", a.dir.c_str(), db.status().ToString().c_str());
     return 1;
   }
-  const int rc = cmd.Serve(&(*db)->txn(), a, signals);
+  const int rc = cmd.Serve(&(*db)->txn(), o.log.buffer_size, a, signals);
   const int closed = Closed("serve", (*db)->Close());
   return rc != 0 ? rc : closed;
 }
@@ -222,6 +263,11 @@ int RunTc(Args& a) {
   if (Status s = env->CreateDirs(a.dir); !s.ok()) return fail("create", a.dir, s);
   Result<std::unique_ptr<DirLock>> lock = DirLock::Acquire(env, a.dir);
   if (!lock.ok()) return fail("lock", a.dir, lock.status());
+  // Freed memory goes back to the OS within about a second (what the TC
+  // held for clients that left): its budget bounds what it holds.
+  if (Status s = ConfigureHeapRetention(HeapRetention{}); !s.ok() && s.code() != Code::kNotSupported) {
+    std::fprintf(stderr, "deuteron tc: allocator settings: %s\n", s.ToString().c_str());
+  }
   Result<std::unique_ptr<wal::Log>> log = wal::Log::Open(env, a.dir + "/log", wal::LogOptions());
   if (!log.ok()) return fail("open the log in", a.dir, log.status());
   protocol::RemoteOptions ro;
@@ -234,12 +280,13 @@ int RunTc(Args& a) {
   tc::TxnOptions to;
   to.lock_timeout = a.lock_timeout;
   to.checkpoint_interval = a.checkpoint_interval;
+  to.max_write_set_bytes = a.max_txn_bytes;
   ReplayProgress progress("tc: replaying the log");
   to.replay_progress = progress.callback();
   Result<std::unique_ptr<tc::TxnManager>> tm = tc::TxnManager::Open(dc->get(), log->get(), to);
   progress.Finish();
   if (!tm.ok()) return fail("recover against the DC at", dc_where, tm.status());
-  const int rc = cmd.Serve(tm->get(), a, signals);
+  const int rc = cmd.Serve(tm->get(), wal::LogOptions{}.buffer_size, a, signals);
   Status s = (*tm)->Close();
   if (Status l = (*log)->Close(); s.ok()) s = std::move(l);
   return rc != 0 ? rc : Closed("tc", s);
@@ -256,8 +303,12 @@ void AddServeCommand(CLI::App& app, Runner& runner) {
       "client library (Client::Connect) and `deuteron shell`. Ctrl-C or SIGTERM shuts it down cleanly.");
   AddCommonOptions(cmd, a.get());
   AddSizeOption(cmd, "--memory-budget", &a->budget, "the DC's cache budget (0: none)");
+  AddSizeOption(cmd, "--tc-memory-budget", &a->tc_budget,
+                "the TC's memory budget: sessions, open transactions' writes and locks, the log's buffer; "
+                "a begin or call over it is refused UNAVAILABLE (0: none)");
   cmd->callback([a, &runner] {
     CheckCommon(*a);
+    CheckTcBudget(*a, "--tc-memory-budget");
     runner.Set([a] { return RunServe(*a); });
   });
 }
@@ -271,8 +322,12 @@ void AddTcCommand(CLI::App& app, Runner& runner) {
       "TC protocol on HOST:PORT. Ctrl-C or SIGTERM shuts it down cleanly.");
   AddCommonOptions(cmd, a.get());
   AddAddressOption(cmd, "--dc", &a->dc, "the `deuteron dc` server")->required();
+  AddSizeOption(cmd, "--memory-budget", &a->tc_budget,
+                "the TC's memory budget: sessions, open transactions' writes and locks, the log's buffer; "
+                "a begin or call over it is refused UNAVAILABLE (0: none)");
   cmd->callback([a, &runner] {
     CheckCommon(*a);
+    CheckTcBudget(*a, "--memory-budget");
     if (a->dc.port == 0) UsageError("--dc needs a port other than 0");
     runner.Set([a] { return RunTc(*a); });
   });

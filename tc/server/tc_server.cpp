@@ -153,5 +153,6 @@ uint16_t TcServer::port() const { return server_->port(); }
 size_t TcServer::connections() const { return server_->stats().connections; }
 size_t TcServer::open_transactions() const { return service_->tc().open_transactions(); }
 server::ServerStats TcServer::stats() const { return server_->stats(); }
+const TcBudget& TcServer::budget() const { return service_->tc().budget(); }
 
 }  // namespace deuteron::tc

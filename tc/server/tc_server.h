@@ -13,6 +13,11 @@
 // peer closes, that breaks a framing rule, that idles past idle_timeout or
 // that is evicted for a new one loses exactly its own transactions.
 //
+// The TC's memory budget (TcServiceOptions::memory_budget; tc_server.md,
+// "The memory budget") charges sessions and transactions before they grow
+// and refuses what does not fit with UNAVAILABLE; the layer's request memory
+// limit bounds what requests hold.
+//
 // Every TC call may wait (a lock, a commit's log force), so every call runs
 // on the worker threads, none inline on an io loop. A call waiting for a
 // lock holds its worker until the lock comes or the lock timeout passes:
@@ -66,6 +71,8 @@ class TcServer {
   // Transactions open in all connections now.
   size_t open_transactions() const;
   server::ServerStats stats() const;
+  // The memory budget's account (TcServiceOptions::memory_budget).
+  const TcBudget& budget() const;
 
  private:
   class Service;

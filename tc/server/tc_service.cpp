@@ -33,7 +33,17 @@ int32_t RawKind(const proto::TcOpKind::type& k) {
 
 }  // namespace
 
-TcService::TcService(TxnManager* tm, TcServiceOptions options) : tm_(tm), options_(options) {}
+TcService::TcService(TxnManager* tm, TcServiceOptions options)
+    : tm_(tm), options_(options), budget_(options.memory_budget, options.memory_budget / 4) {
+  budget_.Charge(options_.memory_reserved);
+}
+
+TcService::~TcService() { budget_.Release(options_.memory_reserved); }
+
+TcSession::TcSession(TcService* service) : service_(service) {
+  service_->sessions_.fetch_add(1);
+  service_->budget_.Charge(TcCharges::kSession);  // bounded by the server's connections
+}
 
 std::shared_ptr<TcSession> TcService::OpenSession() {
   return std::shared_ptr<TcSession>(new TcSession(this));
@@ -79,6 +89,10 @@ void TcService::FillStats(proto::TcStats* out) const {
   out->__set_dc_recoveries(C(t.dc_recoveries));
   out->__set_open_transactions(C(open_.load()));
   out->__set_connections(C(sessions_.load()));
+  out->__set_memory_budget(C(budget_.limit()));
+  out->__set_memory_used(C(budget_.used()));
+  out->__set_memory_peak(C(budget_.peak()));
+  out->__set_memory_refusals(C(budget_.refusals()));
   out->__set_uptime_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
                            std::chrono::steady_clock::now() - started_)
                            .count());
@@ -95,11 +109,41 @@ void TcSession::Close() {
   if (closed_) return;
   closed_ = true;
   service_->sessions_.fetch_sub(1);
-  for (const auto& [id, txn] : open_) {
-    if (txn->active()) service_->aborts_disconnect_.fetch_add(1, std::memory_order_relaxed);
+  size_t charged = TcCharges::kSession;
+  for (const auto& [id, t] : open_) {
+    if (t.txn->active()) service_->aborts_disconnect_.fetch_add(1, std::memory_order_relaxed);
+    charged += t.charged;
   }
   service_->open_.fetch_sub(open_.size());
   open_.clear();  // each Transaction aborts as it is destroyed
+  service_->budget_.Release(charged);
+}
+
+void TcSession::Reserve(OpenTxn& t, size_t need) {
+  const bool large = t.charged + need > TcCharges::kSmallTransaction;
+  if (!service_->budget_.TryCharge(need, large)) {
+    const TcBudget& b = service_->budget_;
+    Throw(Status::Unavailable(fmt::format(
+        "the TC's memory budget is full ({} of {} bytes held{}): retry later", b.used(), b.limit(),
+        large ? ", the last quarter kept for small transactions" : "")));
+  }
+  t.charged += need;
+}
+
+void TcSession::Settle(OpenTxn& t) {
+  size_t now = TcCharges::kTransaction;
+  if (t.txn->active()) {
+    now += TcCharges::kWriteCopies * t.txn->write_set_bytes() + TcCharges::kKey * t.txn->write_set_keys() +
+           t.read_bytes;
+  } else {
+    t.read_bytes = 0;  // finished: its locks are gone
+  }
+  if (now < t.charged) {
+    service_->budget_.Release(t.charged - now);
+  } else if (now > t.charged) {
+    service_->budget_.Charge(now - t.charged);  // within what Reserve charged, but for rounding
+  }
+  t.charged = now;
 }
 
 size_t TcSession::open_transactions() const {
@@ -115,9 +159,9 @@ void TcSession::CheckServing() const {
   }
 }
 
-Transaction& TcSession::Find(int64_t id) {
+TcSession::OpenTxn& TcSession::Find(int64_t id) {
   auto it = open_.find(id);
-  if (it != open_.end()) return *it->second;
+  if (it != open_.end()) return it->second;
   if (finished_.count(id) != 0) {
     Throw(Status::TransactionFinished(fmt::format("transaction {} is finished", id)));
   }
@@ -127,7 +171,9 @@ Transaction& TcSession::Find(int64_t id) {
 void TcSession::Finish(int64_t id) {
   auto it = open_.find(id);
   if (it == open_.end()) return;
+  const size_t charged = it->second.charged;
   open_.erase(it);  // aborts when still active
+  service_->budget_.Release(charged);
   service_->open_.fetch_sub(1);
   if (service_->options_.remember_finished == 0) return;
   finished_.insert(id);
@@ -145,9 +191,14 @@ int64_t TcSession::beginTransaction() {
     Throw(Status::Busy(fmt::format("{} transactions open on this connection, the limit",
                                    open_.size())));
   }
+  if (!service_->budget_.TryCharge(TcCharges::kTransaction)) {
+    const TcBudget& b = service_->budget_;
+    Throw(Status::Unavailable(fmt::format("the TC's memory budget is full ({} of {} bytes held): retry later",
+                                          b.used(), b.limit())));
+  }
   std::unique_ptr<Transaction> txn = service_->tm_->Begin();
   const auto id = static_cast<int64_t>(txn->id());
-  open_.emplace(id, std::move(txn));
+  open_.emplace(id, OpenTxn{std::move(txn), TcCharges::kTransaction, 0});
   service_->open_.fetch_add(1);
   return id;
 }
@@ -155,7 +206,12 @@ int64_t TcSession::beginTransaction() {
 void TcSession::get(proto::TcReadResult& out, int64_t txn, const std::string& key) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Result<std::string> r = Find(txn).Get(Slice(key));
+  OpenTxn& t = Find(txn);
+  const size_t need = key.size() + TcCharges::kReadLock;
+  Reserve(t, need);
+  t.read_bytes += need;
+  SettleAtExit settle{this, &t};
+  Result<std::string> r = t.txn->Get(Slice(key));
   out = proto::TcReadResult();
   if (r.ok()) {
     out.__set_found(true);
@@ -169,7 +225,10 @@ void TcSession::get(proto::TcReadResult& out, int64_t txn, const std::string& ke
 void TcSession::put(int64_t txn, const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Status s = Find(txn).Put(Slice(key), Slice(value));
+  OpenTxn& t = Find(txn);
+  Reserve(t, WriteNeed(key.size(), value.size()));
+  SettleAtExit settle{this, &t};
+  Status s = t.txn->Put(Slice(key), Slice(value));
   NoteLockFailure(s);
   Check(s);
 }
@@ -177,14 +236,22 @@ void TcSession::put(int64_t txn, const std::string& key, const std::string& valu
 void TcSession::remove(int64_t txn, const std::string& key) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Status s = Find(txn).Delete(Slice(key));
+  OpenTxn& t = Find(txn);
+  Reserve(t, WriteNeed(key.size(), 0));
+  SettleAtExit settle{this, &t};
+  Status s = t.txn->Delete(Slice(key));
   NoteLockFailure(s);
   Check(s);
 }
 
-void TcSession::Scan(Transaction& txn, const proto::ScanRequest& request, proto::TcScanPage* out) {
+void TcSession::Scan(OpenTxn& t, const proto::ScanRequest& request, proto::TcScanPage* out) {
   Result<ScanRequest> r = proto::FromWireScan(request);
   Check(r.status());
+  const size_t need = (r->lower ? r->lower->size() : 0) + (r->upper ? r->upper->size() : 0) + TcCharges::kRangeLock;
+  Reserve(t, need);
+  t.read_bytes += need;
+  SettleAtExit settle{this, &t};
+  Transaction& txn = *t.txn;
   ScanOptions o;
   o.lower = r->lower;
   o.lower_inclusive = r->lower_inclusive;
@@ -212,7 +279,7 @@ void TcSession::scan(proto::TcScanPage& out, int64_t txn, const proto::ScanReque
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
   try {
-    Scan(Find(txn), request, &out);
+    Scan(Find(txn), request, &out);  // settles the transaction's charge
   } catch (const proto::DeuteronError& e) {
     NoteLockFailure(proto::FromDeuteronError(e));
     throw;
@@ -222,10 +289,10 @@ void TcSession::scan(proto::TcScanPage& out, int64_t txn, const proto::ScanReque
 void TcSession::commit(int64_t txn) {
   std::lock_guard<std::mutex> l(mu_);
   CheckServing();
-  Transaction& t = Find(txn);
+  Transaction& t = *Find(txn).txn;
   const bool active = t.active();
   const auto start = std::chrono::steady_clock::now();
-  Status s = t.Commit();
+  Status s = t.Commit();  // its copies were charged with its writes
   if (active) {
     service_->commit_us_.Record(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count()));
@@ -243,7 +310,7 @@ void TcSession::abort(int64_t txn) {
   // until the session ends and stall every client that needs them.
   if (closed_) return;  // a closed session aborted all its transactions
   if (finished_.count(txn) != 0) return;  // idempotent
-  Transaction& t = Find(txn);
+  Transaction& t = *Find(txn).txn;
   if (t.active()) service_->aborts_by_client_.fetch_add(1, std::memory_order_relaxed);
   t.Abort();
   Finish(txn);
@@ -257,7 +324,16 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
                                        request.ops.size(), service_->options_.max_execute_ops)));
   }
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<Transaction> txn = service_->tm_->Begin();  // aborts unless committed
+  // Charged as a transaction of its own for the call, and uncharged at its end.
+  OpenTxn open{nullptr, 0, 0};
+  struct Uncharge {
+    TcBudget* budget;
+    OpenTxn* open;
+    ~Uncharge() { budget->Release(open->charged); }
+  } uncharge{&service_->budget_, &open};
+  Reserve(open, TcCharges::kTransaction);
+  open.txn = service_->tm_->Begin();  // aborts unless committed
+  std::unique_ptr<Transaction>& txn = open.txn;
   out = proto::ExecuteResult();
   out.results.reserve(request.ops.size());
   out.__isset.results = true;
@@ -270,7 +346,17 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
     proto::TcOpResult result;
     switch (RawKind(op.kind)) {
       case proto::TcOpKind::GET: {
-        Result<std::string> r = txn->Get(Slice(op.key));
+        Result<std::string> r = [&]() -> Result<std::string> {
+          try {
+            const size_t need = op.key.size() + TcCharges::kReadLock;
+            Reserve(open, need);
+            open.read_bytes += need;
+            SettleAtExit settle{this, &open};
+            return txn->Get(Slice(op.key));
+          } catch (const proto::DeuteronError& e) {
+            return proto::FromDeuteronError(e);
+          }
+        }();
         if (r.ok()) {
           result.__set_found(true);
           result.__set_value(std::move(r).value());
@@ -280,14 +366,22 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
         break;
       }
       case proto::TcOpKind::PUT:
-        if (Status s = txn->Put(Slice(op.key), Slice(op.value)); !s.ok()) fail(i, s);
+      case proto::TcOpKind::REMOVE: {
+        const bool put = RawKind(op.kind) == proto::TcOpKind::PUT;
+        Status s;
+        try {
+          Reserve(open, WriteNeed(op.key.size(), put ? op.value.size() : 0));
+          SettleAtExit settle{this, &open};
+          s = put ? txn->Put(Slice(op.key), Slice(op.value)) : txn->Delete(Slice(op.key));
+        } catch (const proto::DeuteronError& e) {
+          s = proto::FromDeuteronError(e);
+        }
+        if (!s.ok()) fail(i, s);
         break;
-      case proto::TcOpKind::REMOVE:
-        if (Status s = txn->Delete(Slice(op.key)); !s.ok()) fail(i, s);
-        break;
+      }
       case proto::TcOpKind::SCAN:
         try {
-          Scan(*txn, op.scan, &result.page);
+          Scan(open, op.scan, &result.page);
           result.__isset.page = true;
         } catch (const proto::DeuteronError& e) {
           fail(i, proto::FromDeuteronError(e));
@@ -305,6 +399,11 @@ void TcSession::execute(proto::ExecuteResult& out, const proto::ExecuteRequest& 
     service_->NoteAbort(Status::IOError("commit failed"));  // "other"
     Throw(s.WithContext("commit"));
   }
+}
+
+size_t TcSession::WriteNeed(size_t key, size_t value) {
+  // Upper bound: the write adds a key (and the record's header, when first).
+  return TcCharges::kWriteCopies * (key + value + 32) + TcCharges::kKey;
 }
 
 void TcSession::NoteLockFailure(const Status& s) {

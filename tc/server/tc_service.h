@@ -17,6 +17,12 @@
 //    releasing its locks; later calls get UNAVAILABLE.
 //  - TcService::Shutdown makes every later call of every session answer
 //    SHUTTING_DOWN (open transactions are aborted as their sessions close).
+//  - The memory budget (tc/server/tc_server.md, "The memory budget"): every
+//    session, open transaction, write and read lock is charged to one
+//    TcBudget before it is taken; a begin or a call that does not fit is
+//    refused with UNAVAILABLE (retryable; nothing of it done), and a write
+//    set past TxnOptions::max_write_set_bytes gets TOO_LARGE from the
+//    Transaction. A transaction is uncharged when it finishes.
 // Errors leave the handler methods as protocol::DeuteronError, which the
 // generated processor writes as the call's typed error.
 //
@@ -39,6 +45,7 @@
 #include "TransactionService.h"
 #include "common/metrics.h"
 #include "common/status.h"
+#include "tc/server/tc_budget.h"
 #include "tc/txn_manager.h"
 
 namespace deuteron::tc {
@@ -52,6 +59,26 @@ struct TcServiceOptions {
   // Finished transaction ids a session remembers, to answer
   // TRANSACTION_FINISHED rather than UNKNOWN_TRANSACTION.
   size_t remember_finished = 256;
+  // The memory budget for sessions and transactions, in bytes (0: counted,
+  // never enforced), and what of it is charged at start for memory the TC
+  // holds whatever the load (the log's buffers).
+  size_t memory_budget = size_t{256} << 20;
+  size_t memory_reserved = 0;
+};
+
+// What the budget charges (tc/server/tc_server.md, "The memory budget").
+struct TcCharges {
+  static constexpr size_t kSession = 16 << 10;     // a session: its tables, remembered ids
+  static constexpr size_t kTransaction = 2 << 10;  // a Transaction, its table entry and lock state
+  // A write set byte lives in up to five copies: the write set, the X
+  // lock's key, the commit record, the DC request converted and encoded.
+  static constexpr size_t kWriteCopies = 5;
+  static constexpr size_t kKey = 256;          // per key written: map node and lock entry
+  static constexpr size_t kReadLock = 192;     // per read (plus its key): an S lock entry
+  static constexpr size_t kRangeLock = 256;    // per scan page (plus its bounds): a range lock
+  // A transaction charged past this is large: it may not take the last
+  // quarter of the budget, kept for small ones.
+  static constexpr size_t kSmallTransaction = 64 << 10;
 };
 
 class TcSession;
@@ -60,6 +87,7 @@ class TcService {
  public:
   // REQUIRES: tm outlives the service and every session.
   TcService(TxnManager* tm, TcServiceOptions options);
+  ~TcService();
 
   std::shared_ptr<TcSession> OpenSession();
 
@@ -68,6 +96,7 @@ class TcService {
   // Transactions open in all sessions now (for tests and stats).
   size_t open_transactions() const { return open_.load(); }
   const TcServiceOptions& options() const { return options_; }
+  const TcBudget& budget() const { return budget_; }
 
   // The tcStats answer: the TxnManager's and the log's counters, this
   // service's abort causes and commit latencies, and the DC's counters
@@ -89,6 +118,7 @@ class TcService {
   const TcServiceOptions options_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<size_t> open_{0};
+  TcBudget budget_;
 };
 
 class TcSession final : public protocol::TransactionServiceIf {
@@ -116,23 +146,44 @@ class TcSession final : public protocol::TransactionServiceIf {
 
  private:
   friend class TcService;
-  explicit TcSession(TcService* service) : service_(service) { service_->sessions_.fetch_add(1); }
+  explicit TcSession(TcService* service);
+
+  // An open transaction and what the budget holds for it.
+  struct OpenTxn {
+    std::unique_ptr<Transaction> txn;
+    size_t charged = 0;     // bytes charged to the budget for it
+    size_t read_bytes = 0;  // its read locks' share of charged
+  };
+  // Charges `need` bytes for a call about to run on `t`; throws UNAVAILABLE
+  // (nothing charged) when the budget refuses them.
+  void Reserve(OpenTxn& t, size_t need);
+  // After a call on `t`: its charge becomes what it holds now.
+  void Settle(OpenTxn& t);
+  // Settles `t` when the call's scope ends, thrown out of or not.
+  struct SettleAtExit {
+    TcSession* session;
+    OpenTxn* txn;
+    ~SettleAtExit() { session->Settle(*txn); }
+  };
 
   // Throws unless the session may serve a call. REQUIRES: mu_ held.
   void CheckServing() const;
   // The open transaction `id`; throws the typed error otherwise.
-  Transaction& Find(int64_t id);
+  OpenTxn& Find(int64_t id);
   // Drops `id` from the table (aborting it when still active) and
   // remembers it as finished.
   void Finish(int64_t id);
-  void Scan(Transaction& txn, const protocol::ScanRequest& request, protocol::TcScanPage* out);
+  // One page of a scan in `t`, its range lock charged first.
+  void Scan(OpenTxn& t, const protocol::ScanRequest& request, protocol::TcScanPage* out);
+  // What Reserve charges for a write of a key and value of these sizes.
+  static size_t WriteNeed(size_t key, size_t value);
   // Counts a lock failure (deadlock, lock timeout) as the abort it caused.
   void NoteLockFailure(const Status& s);
 
   TcService* const service_;
   mutable std::mutex mu_;
   bool closed_ = false;  // GUARDED_BY(mu_)
-  std::unordered_map<int64_t, std::unique_ptr<Transaction>> open_;  // GUARDED_BY(mu_)
+  std::unordered_map<int64_t, OpenTxn> open_;  // GUARDED_BY(mu_)
   std::deque<int64_t> finished_order_;                              // GUARDED_BY(mu_)
   std::unordered_set<int64_t> finished_;                            // GUARDED_BY(mu_)
 };

@@ -52,19 +52,6 @@ constexpr bool kCheckRss = false;
 constexpr bool kCheckRss = true;
 #endif
 
-// `field` (VmRSS, VmHWM) of process `pid` in bytes; 0 when unknown.
-inline uint64_t ProcStatusBytes(pid_t pid, const char* field) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) {
-      return std::strtoull(line.c_str() + prefix.size(), nullptr, 10) * 1024;
-    }
-  }
-  return 0;
-}
-
 // How a test's `deuteron dc` runs: small limits, so that an attack reaches
 // them within a second.
 struct ServerConfig {
@@ -115,7 +102,7 @@ class DcProcess {
     }
     child_ = std::make_unique<test::Child>(args);
     port_ = test::ServingPort(child_->ReadLine());
-    start_rss_ = ProcStatusBytes(child_->pid(), "VmRSS");
+    start_rss_ = child_->process().RssBytes();
   }
   // SIGKILL: nothing is flushed or closed.
   void Kill() {
@@ -134,8 +121,8 @@ class DcProcess {
   uint16_t port() const { return port_; }
   const std::string& dir() const { return dir_; }
   const ServerConfig& config() const { return config_; }
-  uint64_t peak_rss() const { return ProcStatusBytes(child_->pid(), "VmHWM"); }
-  uint64_t rss() const { return ProcStatusBytes(child_->pid(), "VmRSS"); }
+  uint64_t peak_rss() const { return child_->process().PeakRssBytes(); }
+  uint64_t rss() const { return child_->process().RssBytes(); }
   uint64_t start_rss() const { return start_rss_; }
 
   // The process bound of issue 38 ("peak RSS within the DC budget plus the

@@ -1,86 +1,54 @@
 // Test helpers for the `deuteron` commands as processes: a child process
-// with its stdout on a pipe, and a fresh temporary directory.
+// with its stdout on a pipe (tc/cli/server_process.h), and a fresh temporary
+// directory.
 // DEUTERON_BIN names the program (set by tests/CMakeLists.txt).
 //
 // Thread safety: a Child is used by one thread.
 #pragma once
 
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
+#include "tc/cli/server_process.h"
+
 namespace deuteron::test {
 
 // A child process running `deuteron` with args; its stdout (and its stderr
-// too, with merge_stderr) is a pipe.
+// too, with merge_stderr) is a pipe. A thin test face (REQUIRE on a failed
+// start, killed when destroyed) over cli::ServerProcess.
 class Child {
  public:
   explicit Child(std::vector<std::string> args, bool merge_stderr = false) {
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], 1);
-      if (merge_stderr) dup2(fds[1], 2);
-      close(fds[0]);
-      close(fds[1]);
-      std::vector<char*> argv;
-      argv.push_back(const_cast<char*>(DEUTERON_BIN));
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(DEUTERON_BIN, argv.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_ != nullptr) fclose(out_);
+    Result<std::unique_ptr<cli::ServerProcess>> p =
+        cli::ServerProcess::StartPiped(DEUTERON_BIN, args, merge_stderr, /*die_with_parent=*/false);
+    INFO(p.status().ToString());
+    REQUIRE(p.ok());
+    process_ = std::move(p).value();
   }
   // The process id (-1 once stopped or waited for).
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_->pid(); }
   // The next line of the child's stdout ("" at end of file).
-  std::string ReadLine() {
-    char buf[512];
-    if (fgets(buf, sizeof(buf), out_) == nullptr) return "";
-    return buf;
-  }
+  std::string ReadLine() { return process_->ReadLine(); }
   // Everything the child writes until it closes its output.
-  std::string ReadAll() {
-    std::string all, line;
-    while (!(line = ReadLine()).empty()) all += line;
-    return all;
-  }
+  std::string ReadAll() { return process_->ReadAll(); }
   // Sends `sig` and returns the exit status (-1 if killed by a signal).
-  int Stop(int sig) {
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  int Wait() {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+  int Stop(int sig) { return process_->Stop(sig, std::chrono::hours(1)); }
+  int Wait() { return process_->Wait(); }
+  cli::ServerProcess& process() { return *process_; }
 
  private:
-  pid_t pid_ = -1;
-  FILE* out_ = nullptr;
+  std::unique_ptr<cli::ServerProcess> process_;
 };
 
 inline std::string TempDir() {
@@ -92,12 +60,9 @@ inline std::string TempDir() {
 // The port in a command's first line, "... serving DIR on HOST:PORT ...".
 inline uint16_t ServingPort(const std::string& line) {
   INFO("first line: " << line);
-  REQUIRE(line.find("serving") != std::string::npos);
-  const size_t on = line.rfind(" on ");
-  REQUIRE(on != std::string::npos);
-  const size_t colon = line.find(':', on);
-  REQUIRE(colon != std::string::npos);
-  return static_cast<uint16_t>(std::stoi(line.substr(colon + 1)));
+  const uint16_t port = cli::ServingPort(line);
+  REQUIRE(port != 0);
+  return port;
 }
 
 }  // namespace deuteron::test

@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,16 +25,6 @@
 
 namespace deuteron {
 namespace {
-
-// A field of /proc/<pid>/status in bytes (it reports kB); 0 when absent.
-uint64_t ProcStatusBytes(int pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1)) << 10;
-  }
-  return 0;
-}
 
 void RunServerMemory(uint64_t budget) {
   if (HeapAllocatorName() != "jemalloc") {
@@ -54,7 +43,7 @@ void RunServerMemory(uint64_t budget) {
   test::Child child({"dc", "--dir", dir, "--listen", "127.0.0.1:0", "--memory-budget",
                      std::to_string(budget), "--checkpoint-ms", "0"});
   const uint16_t port = StartDc(&child);
-  const uint64_t serving = ProcStatusBytes(child.pid(), "VmRSS");
+  const uint64_t serving = child.process().RssBytes();
   REQUIRE(serving > 0);
 
   protocol::RemoteOptions ro;
@@ -90,7 +79,7 @@ void RunServerMemory(uint64_t budget) {
       INFO(s.ToString());
       REQUIRE(s.ok());
       since_rssp = 0;
-      max_rss = std::max(max_rss, ProcStatusBytes(child.pid(), "VmRSS"));
+      max_rss = std::max(max_rss, child.process().RssBytes());
       Result<DcStats> stats = dc->GetStats();
       REQUIRE(stats.ok());
       max_cache = std::max(max_cache, stats->memory_bytes);
@@ -98,7 +87,7 @@ void RunServerMemory(uint64_t budget) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const uint64_t peak = ProcStatusBytes(child.pid(), "VmHWM");
+  const uint64_t peak = child.process().PeakRssBytes();
   REQUIRE(peak > 0);
   // The whole process, not its growth: the flush-buffer ring, touched at
   // open, is part of B, and what the program holds before it opens the

@@ -1,7 +1,11 @@
-// The demo's child-process servers (tc/cli/server_process.h): the ready line
-// read from the log file, a server that dies before it is ready, SIGTERM and
-// SIGKILL, and the port parsed from a serving line.
+// The child-process servers (tc/cli/server_process.h): the ready line read
+// from the log file, a server that dies before it is ready, SIGTERM and
+// SIGKILL, and the port parsed from a serving line; in pipe mode the first
+// line and its port, lines and the rest of the output, the exit status and
+// the resident memory.
 #include "tc/cli/server_process.h"
+
+#include <signal.h>
 
 #include <chrono>
 #include <memory>
@@ -52,6 +56,47 @@ TEST_CASE("server process: ready line, early exit, stop and kill", "[tc][cli][de
   CHECK(ServingPort("deuteron tc: serving /d on 127.0.0.1:7400") == 7400);
   CHECK(ServingPort("no port here") == 0);
   CHECK(ServingPort("x: serving d on host:99999") == 0);
+}
+
+TEST_CASE("server process: pipe mode, the serving line and port, resident memory", "[tc][cli][demo]") {
+  {
+    auto p = ServerProcess::StartServing(
+        "/bin/sh", {"-c", "echo 'x: serving d on 127.0.0.1:4243 (y)'; echo second; exec sleep 30"},
+        milliseconds(10000));
+    REQUIRE(p.ok());
+    CHECK((*p)->port() == 4243);
+    CHECK((*p)->first_line() == "x: serving d on 127.0.0.1:4243 (y)");
+    CHECK((*p)->ReadLine() == "second\n");
+    CHECK((*p)->PeakRssBytes() > 0);
+    CHECK((*p)->RssBytes() > 0);
+    CHECK((*p)->Stop(SIGTERM, milliseconds(10000)) == -1);  // sleep dies of the SIGTERM
+    CHECK((*p)->pid() == -1);
+    CHECK((*p)->PeakRssBytes() == 0);
+    CHECK((*p)->Stop(SIGTERM) == -1);  // idempotent: the status it had
+  }
+  // A first line that is not a serving line: IOError, the child killed.
+  CHECK(ServerProcess::StartServing("/bin/sh", {"-c", "echo hello; exec sleep 30"}, milliseconds(10000))
+            .status()
+            .IsIOError());
+  {
+    auto p = ServerProcess::StartPiped("/bin/sh", {"-c", "echo a; echo b >&2; printf c; exit 4"},
+                                       /*merge_stderr=*/true);
+    REQUIRE(p.ok());
+    CHECK((*p)->ReadLine() == "a\n");
+    CHECK((*p)->ReadAll() == "b\nc");
+    CHECK((*p)->ReadLine().empty());  // end of output
+    CHECK((*p)->Wait() == 4);
+  }
+  {
+    auto p = ServerProcess::StartPiped("/bin/sh", {"-c", "echo starting; echo 'go: ready'; exec sleep 30"});
+    REQUIRE(p.ok());
+    Result<std::string> line = (*p)->WaitForLine("go:", milliseconds(10000));
+    REQUIRE(line.ok());
+    CHECK(*line == "go: ready");
+    CHECK((*p)->WaitForLine("never", milliseconds(50)).status().IsUnavailable());
+    (*p)->Kill();
+    CHECK((*p)->pid() == -1);
+  }
 }
 
 }  // namespace

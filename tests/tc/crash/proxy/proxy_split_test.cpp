@@ -247,10 +247,27 @@ void Verify(uint16_t tc_port, const std::vector<Record>& records) {
 
 namespace {
 
+// Waits until the proxy has forwarded `frames` frames and made a few of each
+// kind f asks for, or frames / 10 seconds passed.
+void WaitForFrames(const crash::RpcProxy& proxy, uint64_t frames, const crash::ProxyFaults& f) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(frames / 10);
+  while (std::chrono::steady_clock::now() < until) {
+    const crash::ProxyCounts n = proxy.counts();
+    if (n.frames > frames && (f.drop_p == 0 || n.dropped > 2) && (f.reset_p == 0 || n.reset > 2) &&
+        (f.duplicate_p == 0 || n.duplicated > 2)) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 // Runs the transfers under `f` (its seed replaced by the test's) until the
 // proxy has forwarded `frames` frames and made a few of each kind f asks
-// for, then turns the faults off and checks.
-void RunUnderFaults(uint64_t frames, crash::ProxyFaults f) {
+// for, then turns the faults off and checks. With move_dc, halfway through
+// the DC is killed (SIGKILL) and started again on another port, and the
+// proxy sent there (SetTarget): the TC, still pointed at the proxy, must
+// find it by itself.
+void RunUnderFaults(uint64_t frames, crash::ProxyFaults f, bool move_dc = false) {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   const std::string dc_dir = TempDir(), tc_dir = TempDir();
@@ -270,15 +287,15 @@ void RunUnderFaults(uint64_t frames, crash::ProxyFaults f) {
   load.Start();
   // A fair run under faults: enough frames that every kind happens a few
   // times; gives up (and fails below) after frames / 10 seconds.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(frames / 10);
-  while (std::chrono::steady_clock::now() < until) {
-    const crash::ProxyCounts n = proxy->counts();
-    if (n.frames > frames && (f.drop_p == 0 || n.dropped > 2) && (f.reset_p == 0 || n.reset > 2) &&
-        (f.duplicate_p == 0 || n.duplicated > 2)) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (move_dc) {
+    WaitForFrames(*proxy, frames / 2, f);
+    CHECK(dc->Stop(SIGKILL) == -1);
+    dc = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc_dir, "--listen", Address(0)});
+    const uint16_t new_port = ServingPort(dc->ReadLine());
+    CHECK(new_port != dc_port);
+    proxy->SetTarget("127.0.0.1", new_port);
   }
+  WaitForFrames(*proxy, frames, f);
   const crash::ProxyCounts n = proxy->counts();
   INFO("frames " << n.frames << " delayed " << n.delayed << " dropped " << n.dropped << " reset "
                  << n.reset << " duplicated " << n.duplicated << " connections " << n.connections);
@@ -335,6 +352,12 @@ TEST_CASE("rpc proxy between deuteron tc and deuteron dc: late duplicates of the
           "nothing",
           "[crash][proxy][split]") {
   RunUnderFaults(3000, Duplicates());
+}
+
+TEST_CASE("rpc proxy between deuteron tc and deuteron dc: the DC killed and moved to another port "
+          "under faults, the TC finds it through the proxy",
+          "[crash][proxy][split]") {
+  RunUnderFaults(1000, EveryKind(), /*move_dc=*/true);
 }
 
 // scripts/soak runs this one: thirty times the frames.

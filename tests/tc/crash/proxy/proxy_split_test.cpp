@@ -360,6 +360,50 @@ TEST_CASE("rpc proxy between deuteron tc and deuteron dc: the DC killed and move
   RunUnderFaults(1000, EveryKind(), /*move_dc=*/true);
 }
 
+TEST_CASE("rpc proxy: the DC swapped under the TC for another store's: the TC refuses it and still "
+          "stops cleanly",
+          "[crash][proxy][split]") {
+  const std::string dc1_dir = TempDir(), tc1_dir = TempDir(), dc2_dir = TempDir(), tc2_dir = TempDir();
+  auto dc1 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc1_dir, "--listen", Address(0)});
+  const uint16_t dc1_port = ServingPort(dc1->ReadLine());
+  auto proxy_or = crash::RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", dc1_port, crash::ProxyFaults{});
+  REQUIRE(proxy_or.ok());
+  std::unique_ptr<crash::RpcProxy> proxy = std::move(proxy_or).value();
+  auto tc1 = std::make_unique<Child>(std::vector<std::string>{
+      "tc", "--dir", tc1_dir, "--dc", Address(proxy->port()), "--listen", Address(0)});
+  const uint16_t tc1_port = ServingPort(tc1->ReadLine());
+  Initialize(tc1_port);
+  // A second store: its DC adopts its own TC's store id.
+  auto dc2 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc2_dir, "--listen", Address(0)});
+  const uint16_t dc2_port = ServingPort(dc2->ReadLine());
+  {
+    Child tc2(std::vector<std::string>{"tc", "--dir", tc2_dir, "--dc", Address(dc2_port), "--listen", Address(0)});
+    Initialize(ServingPort(tc2.ReadLine()));
+    CHECK(tc2.Stop(SIGTERM) == 0);
+  }
+  proxy->SetTarget("127.0.0.1", dc2_port);
+  CHECK(dc1->Stop(SIGKILL) == -1);
+  // The TC finds its DC gone, and the one it reaches now belongs to another
+  // store: it refuses it for good (STORE_MISMATCH), and says so to clients.
+  auto c = client::Client::Connect(Address(tc1_port));
+  REQUIRE(c.ok());
+  Status last;
+  for (int i = 0; i < 200; ++i) {
+    last = (*c)->Run([](client::Transaction& t) -> Status { return t.Get(Account(0)).status(); },
+                     client::RetryOptions{1});
+    if (last.code() == Code::kStoreMismatch) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(last.ToString());
+  CHECK(last.code() == Code::kStoreMismatch);
+  REQUIRE((*c)->Close().ok());
+  // A failed TC still shuts down: its close reports the failure (status 1).
+  CHECK(tc1->Stop(SIGTERM) == 1);
+  CHECK(dc2->Stop(SIGTERM) == 0);
+  proxy->Stop();
+  std::system(("rm -rf " + dc1_dir + " " + tc1_dir + " " + dc2_dir + " " + tc2_dir).c_str());
+}
+
 // scripts/soak runs this one: thirty times the frames.
 TEST_CASE("rpc proxy between deuteron tc and deuteron dc, long", "[crash][proxy][split][.]") {
   RunUnderFaults(30000, EveryKind());

@@ -388,7 +388,7 @@ TEST_CASE("rpc proxy: the DC swapped under the TC for another store's: the TC re
   auto c = client::Client::Connect(Address(tc1_port));
   REQUIRE(c.ok());
   Status last;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 600; ++i) {  // up to 30 s
     last = (*c)->Run([](client::Transaction& t) -> Status { return t.Get(Account(0)).status(); },
                      client::RetryOptions{1});
     if (last.code() == Code::kStoreMismatch) break;

@@ -46,6 +46,10 @@ Result<pid_t> Spawn(const std::string& program, const std::vector<std::string>& 
     if (r.err >= 0) dup2(r.err, STDERR_FILENO);
     const int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) dup2(null, STDIN_FILENO);
+    // Nothing else of the parent's: a socket of its own (a client's, a
+    // proxy's) held open by the child would not close when the parent
+    // closes it, and its peer would wait for a timeout instead.
+    close_range(3, ~0U, 0);
     execv(program.c_str(), argv.data());
     _exit(127);
   }

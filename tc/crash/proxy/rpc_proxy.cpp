@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 
@@ -54,6 +56,18 @@ std::optional<tcp::endpoint> Resolve(const std::string& host, uint16_t port) {
 }
 
 enum class Fault { kNone, kDelay, kDrop, kReset, kDuplicate };
+
+// Marks a socket close-on-exec. The harness and the tests run the proxy in a
+// process that forks and execs the servers: a proxy socket inherited by a
+// server would outlive the proxy's close, and the TC on the other end would
+// see neither FIN nor RST until its receive timeout (a minute). Asio opens
+// sockets without SOCK_CLOEXEC; a fork in the instant between the open and
+// this call can still inherit one (the test helpers' children close every
+// inherited descriptor too).
+void CloseOnExec(int fd) {
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
 
 }  // namespace
 
@@ -109,6 +123,14 @@ class Pair : public std::enable_shared_from_this<Pair> {
       Close(false);
       return;
     }
+    error_code open_ec;
+    server_.open(target->protocol(), open_ec);
+    if (open_ec) {
+      proxy_->connect_failures_.fetch_add(1);
+      Close(false);
+      return;
+    }
+    CloseOnExec(server_.native_handle());
     server_.async_connect(*target, [self = shared_from_this()](const error_code& ec) {
       if (self->closed_) return;
       if (ec) {
@@ -288,6 +310,7 @@ void RpcProxy::Impl::DoAccept() {
   acceptor_.async_accept([this](const error_code& ec, tcp::socket socket) {
     if (closing_ || !acceptor_.is_open()) return;
     if (!ec) {
+      CloseOnExec(socket.native_handle());
       ProxyFaults f;
       std::optional<tcp::endpoint> target;
       {
@@ -351,6 +374,7 @@ Result<std::unique_ptr<RpcProxy>> RpcProxy::Start(const std::string& listen_host
   };
   impl->acceptor_.open(listen->protocol(), ec);
   if (ec) return fail("open socket for");
+  CloseOnExec(impl->acceptor_.native_handle());
   impl->acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (ec) return fail("set SO_REUSEADDR on");
   impl->acceptor_.bind(*listen, ec);

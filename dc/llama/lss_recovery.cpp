@@ -20,6 +20,18 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
       return Status::InvalidArgument("LSS recovery start " + WhereA(start) +
                                      " is not a buffer position");
     }
+    // A start (a checkpoint's RSP: a Hi-Stable seen when it was taken) lies
+    // in a segment held or in the one after the highest held (nothing was
+    // written there yet). One further on is a damaged checkpoint: taken as
+    // a torn tail, it would put the writer far past the log and leave every
+    // page address below it looking like a released segment (found by
+    // dc_store_fuzz: each read then retried until Busy).
+    std::lock_guard<std::mutex> l(seg_mu_);
+    if (!segments_.empty() && SegmentOf(start, segment_size_) > segments_.rbegin()->first + 1) {
+      return Status::Corruption("LSS recovery start " + WhereA(start) +
+                                " lies past the log, whose last segment is " +
+                                std::to_string(segments_.rbegin()->first));
+    }
     pos = start;
   }
 

@@ -780,6 +780,14 @@ TEST_CASE("recovery from a start position", "[dc][llama][lss]") {
   CHECK(lss->Recover(rsp + 8, [](LssAddress, const RecordHeader&, Slice, bool) {
                return Status::OK();
              }).IsInvalidArgument());
+  // A start past the segment after the last one held is a damaged
+  // checkpoint, not a torn tail (found by dc_store_fuzz).
+  const uint64_t seg = lss->options().segment_size;
+  CHECK(lss->Recover(rsp + 4 * seg, [](LssAddress, const RecordHeader&, Slice, bool) {
+               return Status::OK();
+             }).IsCorruption());
+  lss.reset();
+  lss = MustOpen(env.get());
   std::vector<Seen> seen;
   REQUIRE(Collect(lss.get(), &seen, rsp).ok());
   REQUIRE(seen.size() == 5);

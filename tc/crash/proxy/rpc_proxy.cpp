@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+
 #include <boost/asio.hpp>
 #include <fmt/format.h>
 
@@ -55,6 +57,18 @@ std::optional<tcp::endpoint> Resolve(const std::string& host, uint16_t port) {
 
 enum class Fault { kNone, kDelay, kDrop, kReset, kDuplicate };
 
+// Marks a socket close-on-exec. The harness and the tests run the proxy in a
+// process that forks and execs the servers: a proxy socket inherited by a
+// server would outlive the proxy's close, and the TC on the other end would
+// see neither FIN nor RST until its receive timeout (a minute). Asio opens
+// sockets without SOCK_CLOEXEC; a fork in the instant between the open and
+// this call can still inherit one (the test helpers' children close every
+// inherited descriptor too).
+void CloseOnExec(int fd) {
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+
 }  // namespace
 
 class Pair;
@@ -92,9 +106,11 @@ class RpcProxy::Impl {
 // member is touched only on the loop's thread; handlers hold a shared_ptr, so
 // a Pair lives until its last operation completes after Close.
 //
-// Calls go strictly in turn: read a request from the client, forward it, read
-// the reply, forward it, read the next request. At most one read or write is
-// outstanding per pair, so one header buffer serves both sides.
+// Calls go strictly in turn: read a request from the client, forward it (a
+// duplicate's copy first, if one is kept), read the reply, forward it, read
+// the next request. At most one read or write is outstanding per pair, so one
+// header buffer serves both sides; a pair holds at most three frames (a
+// request, its reply and a kept copy).
 class Pair : public std::enable_shared_from_this<Pair> {
  public:
   Pair(RpcProxy::Impl* proxy, tcp::socket client, uint64_t seed)
@@ -107,6 +123,14 @@ class Pair : public std::enable_shared_from_this<Pair> {
       Close(false);
       return;
     }
+    error_code open_ec;
+    server_.open(target->protocol(), open_ec);
+    if (open_ec) {
+      proxy_->connect_failures_.fetch_add(1);
+      Close(false);
+      return;
+    }
+    CloseOnExec(server_.native_handle());
     server_.async_connect(*target, [self = shared_from_this()](const error_code& ec) {
       if (self->closed_) return;
       if (ec) {
@@ -135,6 +159,7 @@ class Pair : public std::enable_shared_from_this<Pair> {
     timer_.cancel();
     request_ = {};
     reply_ = {};
+    copy_ = {};
     proxy_->pairs_.erase(shared_from_this());
   }
 
@@ -187,11 +212,10 @@ class Pair : public std::enable_shared_from_this<Pair> {
     return Fault::kNone;
   }
 
-  // Applies the fault to a frame read: runs deliver now, after a delay, or
-  // never (drop, reset). Returns the fault chosen.
+  // Applies a fault to a frame read: runs deliver now, after a delay, or
+  // never (drop, reset).
   template <typename Deliver>
-  Fault Apply(bool request, Deliver deliver) {
-    const Fault fault = Choose(request);
+  void Apply(Fault fault, Deliver deliver) {
     switch (fault) {
       case Fault::kReset:
         proxy_->reset_.fetch_add(1);
@@ -216,7 +240,6 @@ class Pair : public std::enable_shared_from_this<Pair> {
         deliver();
         break;
     }
-    return fault;
   }
 
   void ReadRequest() {
@@ -224,11 +247,38 @@ class Pair : public std::enable_shared_from_this<Pair> {
   }
 
   void OnRequest() {
-    duplicate_ = false;
-    const Fault fault = Apply(/*request=*/true, [self = shared_from_this()] {
-      self->Write(self->server_, self->request_, [self] { self->ReadReply(); });
+    const Fault fault = Choose(/*request=*/true);
+    Apply(fault, [self = shared_from_this(), keep = fault == Fault::kDuplicate] {
+      self->SendCopyThen([self, keep] {
+        if (keep) {  // to go again before the next request
+          self->copy_ = self->request_;
+          self->copy_since_ = std::chrono::steady_clock::now();
+        }
+        self->Write(self->server_, self->request_, [self] { self->ReadReply(); });
+      });
     });
-    if (fault == Fault::kDuplicate) duplicate_ = true;
+  }
+
+  // A duplicate goes late: the copy of an earlier request is sent just
+  // before the pair's next request, so the client has long had the first
+  // reply and may have acted on it (committed, released its locks, let
+  // another connection write the same keys with newer LSNs). Its reply is
+  // read into copy_ and discarded; then `next` runs. A copy older than
+  // kMaxCopyAge is forgotten instead.
+  template <typename Next>
+  void SendCopyThen(Next next) {
+    if (copy_.empty()) return next();
+    if (std::chrono::steady_clock::now() - copy_since_ > kMaxCopyAge) {
+      copy_ = {};
+      return next();
+    }
+    proxy_->duplicated_.fetch_add(1);
+    Write(server_, copy_, [self = shared_from_this(), next] {
+      self->ReadFrame(self->server_, &self->copy_, [self, next] {
+        self->copy_ = {};
+        next();
+      });
+    });
   }
 
   void ReadReply() {
@@ -236,21 +286,12 @@ class Pair : public std::enable_shared_from_this<Pair> {
   }
 
   void OnReply() {
-    if (!duplicate_) return DeliverReply();
-    // The same request again, now that the first reply is in; its reply is
-    // read into request_ (no longer needed) and discarded.
-    duplicate_ = false;
-    proxy_->duplicated_.fetch_add(1);
-    Write(server_, request_, [self = shared_from_this()] {
-      self->ReadFrame(self->server_, &self->request_, [self] { self->DeliverReply(); });
-    });
-  }
-
-  void DeliverReply() {
-    (void)Apply(/*request=*/false, [self = shared_from_this()] {
+    Apply(Choose(/*request=*/false), [self = shared_from_this()] {
       self->Write(self->client_, self->reply_, [self] { self->ReadRequest(); });
     });
   }
+
+  static constexpr std::chrono::seconds kMaxCopyAge{1};
 
   RpcProxy::Impl* proxy_;
   tcp::socket client_;
@@ -260,7 +301,8 @@ class Pair : public std::enable_shared_from_this<Pair> {
   std::array<unsigned char, 4> header_{};
   std::vector<char> request_;
   std::vector<char> reply_;
-  bool duplicate_ = false;
+  std::vector<char> copy_;  // a duplicate to send before the next request; empty: none
+  std::chrono::steady_clock::time_point copy_since_;
   bool closed_ = false;
 };
 
@@ -268,6 +310,7 @@ void RpcProxy::Impl::DoAccept() {
   acceptor_.async_accept([this](const error_code& ec, tcp::socket socket) {
     if (closing_ || !acceptor_.is_open()) return;
     if (!ec) {
+      CloseOnExec(socket.native_handle());
       ProxyFaults f;
       std::optional<tcp::endpoint> target;
       {
@@ -331,6 +374,7 @@ Result<std::unique_ptr<RpcProxy>> RpcProxy::Start(const std::string& listen_host
   };
   impl->acceptor_.open(listen->protocol(), ec);
   if (ec) return fail("open socket for");
+  CloseOnExec(impl->acceptor_.native_handle());
   impl->acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (ec) return fail("set SO_REUSEADDR on");
   impl->acceptor_.bind(*listen, ec);

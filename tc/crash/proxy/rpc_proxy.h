@@ -12,8 +12,7 @@
 // target, and carries calls strictly in turn (a request from the TC, then
 // the DC's reply). The proxy never parses payloads: garbage is forwarded as
 // is, and a frame of length zero or over kMaxFrameSize closes that
-// connection pair (bounded memory: a connection holds at most one request
-// and one reply).
+// connection pair (bounded memory: a pair holds at most three frames).
 //
 // Thread safety: every method may be called from any thread. Stop is
 // idempotent, closes every connection and joins the loop; the destructor
@@ -37,7 +36,7 @@ struct ProxyFaults {
   std::chrono::milliseconds max_delay{20};
   double drop_p = 0;       // do not deliver the frame; close both sides (FIN)
   double reset_p = 0;      // close both sides with SO_LINGER 0 (RST)
-  double duplicate_p = 0;  // send a request twice; the second reply is discarded
+  double duplicate_p = 0;  // a request again, late (before the next one); its reply discarded
   uint64_t seed = 1;       // connection i draws from Random64(f(seed, i))
 };
 
@@ -47,7 +46,7 @@ struct ProxyCounts {
   uint64_t delayed = 0;
   uint64_t dropped = 0;
   uint64_t reset = 0;
-  uint64_t duplicated = 0;
+  uint64_t duplicated = 0;  // copies sent
   // Additions beyond the harness contract (appended; the above keep order).
   uint64_t connections = 0;  // connection pairs accepted
   uint64_t bad_frames = 0;   // length zero or over kMaxFrameSize: pair closed

@@ -247,9 +247,27 @@ void Verify(uint16_t tc_port, const std::vector<Record>& records) {
 
 namespace {
 
-// Runs the transfers under faults until the proxy has forwarded `frames`
-// frames (and made a few of each connection-ending kind), then checks.
-void RunUnderFaults(uint64_t frames) {
+// Waits until the proxy has forwarded `frames` frames and made a few of each
+// kind f asks for, or frames / 10 seconds passed.
+void WaitForFrames(const crash::RpcProxy& proxy, uint64_t frames, const crash::ProxyFaults& f) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(frames / 10);
+  while (std::chrono::steady_clock::now() < until) {
+    const crash::ProxyCounts n = proxy.counts();
+    if (n.frames > frames && (f.drop_p == 0 || n.dropped > 2) && (f.reset_p == 0 || n.reset > 2) &&
+        (f.duplicate_p == 0 || n.duplicated > 2)) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// Runs the transfers under `f` (its seed replaced by the test's) until the
+// proxy has forwarded `frames` frames and made a few of each kind f asks
+// for, then turns the faults off and checks. With move_dc, halfway through
+// the DC is killed (SIGKILL) and started again on another port, and the
+// proxy sent there (SetTarget): the TC, still pointed at the proxy, must
+// find it by itself.
+void RunUnderFaults(uint64_t frames, crash::ProxyFaults f, bool move_dc = false) {
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   const std::string dc_dir = TempDir(), tc_dir = TempDir();
@@ -263,24 +281,21 @@ void RunUnderFaults(uint64_t frames) {
   const uint16_t tc_port = ServingPort(tc->ReadLine());
   Initialize(tc_port);
 
-  crash::ProxyFaults f;
-  f.delay_p = 0.1;
-  f.max_delay = std::chrono::milliseconds(5);
-  f.drop_p = 0.02;
-  f.reset_p = 0.02;
-  f.duplicate_p = 0.1;
   f.seed = seed;
   proxy->SetFaults(f);
   Transfers load(tc_port, seed);
   load.Start();
   // A fair run under faults: enough frames that every kind happens a few
   // times; gives up (and fails below) after frames / 10 seconds.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(frames / 10);
-  while (std::chrono::steady_clock::now() < until) {
-    const crash::ProxyCounts n = proxy->counts();
-    if (n.frames > frames && n.dropped > 2 && n.reset > 2 && n.duplicated > 2) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (move_dc) {
+    WaitForFrames(*proxy, frames / 2, f);
+    CHECK(dc->Stop(SIGKILL) == -1);
+    dc = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc_dir, "--listen", Address(0)});
+    const uint16_t new_port = ServingPort(dc->ReadLine());
+    CHECK(new_port != dc_port);
+    proxy->SetTarget("127.0.0.1", new_port);
   }
+  WaitForFrames(*proxy, frames, f);
   const crash::ProxyCounts n = proxy->counts();
   INFO("frames " << n.frames << " delayed " << n.delayed << " dropped " << n.dropped << " reset "
                  << n.reset << " duplicated " << n.duplicated << " connections " << n.connections);
@@ -291,10 +306,10 @@ void RunUnderFaults(uint64_t frames) {
   load.Stop();
   INFO("errors: " << load.Errors());
   CHECK(progress);
-  CHECK(n.delayed > 0);
-  CHECK(n.dropped > 0);
-  CHECK(n.reset > 0);
-  CHECK(n.duplicated > 0);
+  CHECK((f.delay_p == 0 || n.delayed > 0));
+  CHECK((f.drop_p == 0 || n.dropped > 0));
+  CHECK((f.reset_p == 0 || n.reset > 0));
+  CHECK((f.duplicate_p == 0 || n.duplicated > 0));
   Verify(tc_port, load.records());
   CHECK(load.other_errors() == 0);
   CHECK(tc->Stop(SIGTERM) == 0);
@@ -303,17 +318,95 @@ void RunUnderFaults(uint64_t frames) {
   std::system(("rm -rf " + dc_dir + " " + tc_dir).c_str());
 }
 
+// Every kind at a fair rate. max_delay is also the most a duplicate waits:
+// long enough for the TC to commit, let go of the keys and apply a newer
+// write to them before the late copy arrives.
+crash::ProxyFaults EveryKind() {
+  crash::ProxyFaults f;
+  f.delay_p = 0.1;
+  f.max_delay = std::chrono::milliseconds(20);
+  f.drop_p = 0.02;
+  f.reset_p = 0.02;
+  f.duplicate_p = 0.1;
+  return f;
+}
+
+// Duplicates alone, often: no recovery slows the clients, so late copies
+// meet newer writes to their keys many times a second (how a DC that
+// applies an operation older than its key's would be caught).
+crash::ProxyFaults Duplicates() {
+  crash::ProxyFaults f;
+  f.duplicate_p = 1;
+  return f;
+}
+
 }  // namespace
 
 TEST_CASE("rpc proxy between deuteron tc and deuteron dc: delays, drops, resets and duplicates; "
           "every acknowledged transfer kept, the total intact, the servers up",
           "[crash][proxy][split]") {
-  RunUnderFaults(1000);
+  RunUnderFaults(1000, EveryKind());
+}
+
+TEST_CASE("rpc proxy between deuteron tc and deuteron dc: late duplicates of the TC's calls change "
+          "nothing",
+          "[crash][proxy][split]") {
+  RunUnderFaults(3000, Duplicates());
+}
+
+TEST_CASE("rpc proxy between deuteron tc and deuteron dc: the DC killed and moved to another port "
+          "under faults, the TC finds it through the proxy",
+          "[crash][proxy][split]") {
+  RunUnderFaults(1000, EveryKind(), /*move_dc=*/true);
+}
+
+TEST_CASE("rpc proxy: the DC swapped under the TC for another store's: the TC refuses it and still "
+          "stops cleanly",
+          "[crash][proxy][split]") {
+  const std::string dc1_dir = TempDir(), tc1_dir = TempDir(), dc2_dir = TempDir(), tc2_dir = TempDir();
+  auto dc1 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc1_dir, "--listen", Address(0)});
+  const uint16_t dc1_port = ServingPort(dc1->ReadLine());
+  auto proxy_or = crash::RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", dc1_port, crash::ProxyFaults{});
+  REQUIRE(proxy_or.ok());
+  std::unique_ptr<crash::RpcProxy> proxy = std::move(proxy_or).value();
+  auto tc1 = std::make_unique<Child>(std::vector<std::string>{
+      "tc", "--dir", tc1_dir, "--dc", Address(proxy->port()), "--listen", Address(0)});
+  const uint16_t tc1_port = ServingPort(tc1->ReadLine());
+  Initialize(tc1_port);
+  // A second store: its DC adopts its own TC's store id.
+  auto dc2 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc2_dir, "--listen", Address(0)});
+  const uint16_t dc2_port = ServingPort(dc2->ReadLine());
+  {
+    Child tc2(std::vector<std::string>{"tc", "--dir", tc2_dir, "--dc", Address(dc2_port), "--listen", Address(0)});
+    Initialize(ServingPort(tc2.ReadLine()));
+    CHECK(tc2.Stop(SIGTERM) == 0);
+  }
+  proxy->SetTarget("127.0.0.1", dc2_port);
+  CHECK(dc1->Stop(SIGKILL) == -1);
+  // The TC finds its DC gone, and the one it reaches now belongs to another
+  // store: it refuses it for good (STORE_MISMATCH), and says so to clients.
+  auto c = client::Client::Connect(Address(tc1_port));
+  REQUIRE(c.ok());
+  Status last;
+  for (int i = 0; i < 600; ++i) {  // up to 30 s
+    last = (*c)->Run([](client::Transaction& t) -> Status { return t.Get(Account(0)).status(); },
+                     client::RetryOptions{1});
+    if (last.code() == Code::kStoreMismatch) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO(last.ToString());
+  CHECK(last.code() == Code::kStoreMismatch);
+  REQUIRE((*c)->Close().ok());
+  // A failed TC still shuts down: its close reports the failure (status 1).
+  CHECK(tc1->Stop(SIGTERM) == 1);
+  CHECK(dc2->Stop(SIGTERM) == 0);
+  proxy->Stop();
+  std::system(("rm -rf " + dc1_dir + " " + tc1_dir + " " + dc2_dir + " " + tc2_dir).c_str());
 }
 
 // scripts/soak runs this one: thirty times the frames.
 TEST_CASE("rpc proxy between deuteron tc and deuteron dc, long", "[crash][proxy][split][.]") {
-  RunUnderFaults(30000);
+  RunUnderFaults(30000, EveryKind());
 }
 
 }  // namespace deuteron::test

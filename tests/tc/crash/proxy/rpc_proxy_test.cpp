@@ -90,17 +90,53 @@ TEST_CASE("rpc proxy: a duplicated request is seen twice by the server and answe
     const std::string p = "call " + std::to_string(i);
     std::string reply;
     REQUIRE(client.Call(p, &reply) == ReadEnd::kFrame);
-    CHECK(reply == "A" + p);  // the reply to this call: the extra one never leaks
+    CHECK(reply == "A" + p);  // the reply to this call: the copy's never leaks
   }
+  // Each copy goes just before the next request: the last one is still kept.
   const std::vector<std::string> got = server.requests();
-  REQUIRE(got.size() == 40);
+  REQUIRE(got.size() == 39);
   for (int i = 0; i < 20; ++i) {
     CHECK(got[2 * static_cast<size_t>(i)] == "call " + std::to_string(i));
-    CHECK(got[2 * static_cast<size_t>(i) + 1] == "call " + std::to_string(i));
+    if (i < 19) CHECK(got[2 * static_cast<size_t>(i) + 1] == "call " + std::to_string(i));
   }
   const ProxyCounts n = proxy->counts();
-  CHECK(n.duplicated == 20);
-  CHECK(n.frames == 60);  // 20 requests, 20 replies delivered, 20 discarded
+  CHECK(n.duplicated == 19);
+  CHECK(n.frames == 59);  // 20 requests, 20 replies delivered, 19 discarded
+}
+
+TEST_CASE("rpc proxy: a duplicate goes after the caller has its reply, before its next call",
+          "[crash][proxy]") {
+  EchoServer server;
+  auto proxy = StartProxy(server.port());
+  FrameClient client(proxy->port());
+  ProxyFaults f;
+  f.duplicate_p = 1;
+  proxy->SetFaults(f);
+  std::string reply;
+  REQUIRE(client.Call("once", &reply) == ReadEnd::kFrame);
+  CHECK(reply == "Aonce");
+  proxy->SetFaults(ProxyFaults{});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(server.requests() == std::vector<std::string>{"once"});  // not yet
+  REQUIRE(client.Call("next", &reply) == ReadEnd::kFrame);
+  CHECK(reply == "Anext");
+  CHECK(server.requests() == std::vector<std::string>{"once", "once", "next"});
+  CHECK(proxy->counts().duplicated == 1);
+}
+
+TEST_CASE("rpc proxy: a kept copy older than a second is forgotten", "[crash][proxy]") {
+  EchoServer server;
+  ProxyFaults f;
+  f.duplicate_p = 1;
+  auto proxy = StartProxy(server.port(), f);
+  FrameClient client(proxy->port());
+  std::string reply;
+  REQUIRE(client.Call("old", &reply) == ReadEnd::kFrame);
+  proxy->SetFaults(ProxyFaults{});
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  REQUIRE(client.Call("new", &reply) == ReadEnd::kFrame);
+  CHECK(server.requests() == std::vector<std::string>{"old", "new"});
+  CHECK(proxy->counts().duplicated == 0);
 }
 
 TEST_CASE("rpc proxy: a dropped request never arrives and the caller sees the connection end",

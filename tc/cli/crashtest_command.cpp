@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "tc/crash/crash_test.h"
 #include "tc/crash/faults.h"
+#include "tc/crash/history/history_check.h"
 
 namespace deuteron::cli {
 namespace {
@@ -42,6 +43,7 @@ struct CrashtestArgs {
   bool until_violation = false;
   std::string kill_point_probability = "0.05";
   uint64_t io_fault_max_n = 40;
+  std::string check_history;  // a saved list-append history to check offline
 };
 
 std::string Self() {
@@ -52,6 +54,7 @@ std::string Self() {
 }
 
 int RunCrashtest(const CrashtestArgs& a) {
+  if (!a.check_history.empty()) return crash::CheckHistoryFile(a.check_history, stdout, stderr);
   if (a.list_kill_points) {
     for (const std::string& name : fault::KillPointNames()) std::printf("%s\n", name.c_str());
     return 0;
@@ -190,6 +193,11 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                   "rssp_before_flush, scan_lock_early): a contract broken on purpose, which the run "
                   "must report (hooks builds only)")
       ->type_name("NAME");
+  cmd->add_option("--check-history", a->check_history,
+                  "check a saved list-append history (history.jsonl of a run directory) for isolation "
+                  "anomalies and exit: prints the report as JSON; exit 0 clean, 1 anomalies, 2 unreadable "
+                  "(tc/crash/history/history.md)")
+      ->type_name("FILE");
   cmd->add_flag("--until-violation", a->until_violation, "end the run after the first cycle with a violation");
   cmd->add_option("--io-fault-max-n", a->io_fault_max_n,
                   "enospc, eio: the Nth write or sync after the server starts fails, N uniform in 1..this")

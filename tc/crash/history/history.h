@@ -12,8 +12,9 @@
 // (tc/crash/history/history.md): a history recorded by the crash harness can
 // be checked offline (isolation_checker.h).
 //
-// Thread safety: Add, NextId, NextValue and Now may be called from any
-// threads at once; transactions() and Save must not race with Add.
+// Thread safety: Add, NextId, NextValue, Now, size and Save may be called
+// from any threads at once; transactions() (and CheckHistory, which reads
+// it) must not race with Add.
 #pragma once
 
 #include <atomic>

@@ -18,6 +18,7 @@
 #include "tc/crash/history/isolation_checker.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <deque>
 #include <limits>
@@ -250,21 +251,34 @@ class Checker {
       suffix_min[k].assign(reads.size() + 1, std::numeric_limits<size_t>::max());
       for (size_t i = reads.size(); i-- > 0;) suffix_min[k][i] = std::min(suffix_min[k][i + 1], reads[i].second);
     }
-    for (const auto& [value, w] : writers_) {
-      const HistoryTxn& t = txns_[w.txn];
+    // In history order, so that the same history always lists the same ones.
+    for (uint32_t ti = 0; ti < txns_.size(); ++ti) {
+      const HistoryTxn& t = txns_[ti];
       if (t.outcome != TxnOutcome::kOk || t.end_us < 0) continue;
-      const auto& reads = by_start[w.key];
-      const auto first = std::upper_bound(reads.begin(), reads.end(),
-                                          std::make_pair(t.end_us, std::numeric_limits<size_t>::max()));
-      if (first == reads.end()) continue;
-      const size_t min_len = suffix_min[w.key][static_cast<size_t>(first - reads.begin())];
-      auto pos = position_.find(value);
-      const size_t needed = pos == position_.end() ? std::numeric_limits<size_t>::max() : pos->second + size_t{1};
-      if (min_len < needed) {
-        Note("lost-append", "key " + KeyName(w.key) + ": " + std::to_string(value) + " appended by " + T(w.txn) +
-                                " (acknowledged at " + std::to_string(t.end_us) + " us) is missing from a read of " +
-                                std::to_string(min_len) + " elements that began after it");
+      for (const HistoryOp& op : t.ops) {
+        if (op.kind == HistoryOp::Kind::kAppend) CheckLostAppend(ti, op.value, by_start, suffix_min);
       }
+    }
+  }
+
+  void CheckLostAppend(uint32_t ti, uint64_t value,
+                       const std::vector<std::vector<std::pair<int64_t, size_t>>>& by_start,
+                       const std::vector<std::vector<size_t>>& suffix_min) {
+    const HistoryTxn& t = txns_[ti];
+    auto wi = writers_.find(value);
+    if (wi == writers_.end() || wi->second.txn != ti) return;  // a duplicate append, reported
+    const Writer& w = wi->second;
+    const auto& reads = by_start[w.key];
+    const auto first = std::upper_bound(reads.begin(), reads.end(),
+                                        std::make_pair(t.end_us, std::numeric_limits<size_t>::max()));
+    if (first == reads.end()) return;
+    const size_t min_len = suffix_min[w.key][static_cast<size_t>(first - reads.begin())];
+    auto pos = position_.find(value);
+    const size_t needed = pos == position_.end() ? std::numeric_limits<size_t>::max() : pos->second + size_t{1};
+    if (min_len < needed) {
+      Note("lost-append", "key " + KeyName(w.key) + ": " + std::to_string(value) + " appended by " + T(w.txn) +
+                              " (acknowledged at " + std::to_string(t.end_us) + " us) is missing from a read of " +
+                              std::to_string(min_len) + " elements that began after it");
     }
   }
 
@@ -501,6 +515,8 @@ class Checker {
     // a step has it.
     const Edge& e = comp.edges.front();
     std::vector<uint32_t> cycle = comp.CycleVia(e.from, e.to, kWW | kWR | kRW);
+    assert(!cycle.empty() && "every edge of a strongly connected component lies on a cycle");
+    if (cycle.empty()) return;
     std::vector<uint8_t> masks(cycle.size(), kRW);
     for (size_t i = 0; i < cycle.size(); ++i) {
       if ((comp.KindsBetween(cycle[i], cycle[(i + 1) % cycle.size()]) & kRW) == 0) masks[i] = kWW | kWR;

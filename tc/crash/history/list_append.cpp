@@ -1,6 +1,7 @@
 // ListAppendWorkload: Elle's list-append transactions over a ListStore.
 #include "tc/crash/history/list_append.h"
 
+#include <algorithm>
 #include <cassert>
 #include <charconv>
 #include <utility>
@@ -87,20 +88,39 @@ bool CommitInDoubt(const Status& s) {
 }
 
 ListAppendWorkload::ListAppendWorkload(ListAppendOptions opts, History* history)
-    : opts_(std::move(opts)), history_(history) {
+    : opts_(std::move(opts)), history_(history), next_key_(opts_.keys) {
   assert(history_ != nullptr && opts_.keys > 0 && opts_.max_ops > 0);
+  for (uint32_t i = 0; i < opts_.keys; ++i) active_.push_back(i);
+  appends_.assign(opts_.keys, 0);
 }
 
-std::string ListAppendWorkload::KeyName(uint32_t index) const {
+std::string ListAppendWorkload::KeyName(uint64_t index) const {
   return opts_.key_prefix + std::to_string(index);
 }
 
-uint32_t ListAppendWorkload::PickKey(Random64& rng) const {
-  // Skewed toward key 0 (density ~ 1/sqrt(x)): the low keys are hot, so
-  // transactions conflict and orders get tested, the rest still get touched.
-  const double u = rng.NextDouble();
-  const auto k = static_cast<uint32_t>(u * u * opts_.keys);
-  return k < opts_.keys ? k : opts_.keys - 1;
+uint64_t ListAppendWorkload::keys_used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_key_;
+}
+
+std::vector<ListAppendWorkload::Planned> ListAppendWorkload::Plan(Random64& rng) {
+  const uint64_t n_ops = 1 + rng.Uniform(opts_.max_ops);
+  std::vector<Planned> plan;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t i = 0; i < n_ops; ++i) {
+    const bool append = rng.OneIn(2);
+    // Skewed toward slot 0 (density ~ 1/sqrt(x)): the low slots are hot, so
+    // transactions conflict and orders get tested, the rest still get
+    // touched.
+    const double u = rng.NextDouble();
+    const uint32_t slot = std::min(static_cast<uint32_t>(u * u * opts_.keys), opts_.keys - 1);
+    plan.push_back({append, active_[slot]});
+    if (append && opts_.max_appends_per_key > 0 && ++appends_[slot] >= opts_.max_appends_per_key) {
+      active_[slot] = next_key_++;
+      appends_[slot] = 0;
+    }
+  }
+  return plan;
 }
 
 Status ListAppendWorkload::RunOne(client::Client& client, uint64_t client_id, Random64& rng) {
@@ -111,11 +131,8 @@ Status ListAppendWorkload::RunOne(client::Client& client, uint64_t client_id, Ra
 Status ListAppendWorkload::RunOne(ListStore& store, uint64_t client_id, Random64& rng) {
   HistoryTxn rec;
   rec.client = client_id;
-  const uint64_t n_ops = 1 + rng.Uniform(opts_.max_ops);
-  // Plan first, so the random choices do not depend on the store's answers.
-  struct Planned { bool append; uint32_t key; };
-  std::vector<Planned> plan;
-  for (uint64_t i = 0; i < n_ops; ++i) plan.push_back({rng.OneIn(2), PickKey(rng)});
+  // Planned first, so the random choices do not depend on the store's answers.
+  const std::vector<Planned> plan = Plan(rng);
 
   rec.start_us = history_->Now();
   Result<std::unique_ptr<ListTxn>> begun = store.Begin();
@@ -167,7 +184,8 @@ Status ListAppendWorkload::ReadAll(ListStore& store) {
     std::unique_ptr<ListTxn> txn = std::move(*begun);
     rec.id = history_->NextId();
     last = Status::OK();
-    for (uint32_t k = 0; k < opts_.keys && last.ok(); ++k) {
+    const uint64_t keys = keys_used();
+    for (uint64_t k = 0; k < keys && last.ok(); ++k) {
       const std::string key = KeyName(k);
       Result<std::vector<uint64_t>> list = ReadList(*txn, key);
       if (!list.ok()) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,9 +31,13 @@
 namespace deuteron::crash {
 
 struct ListAppendOptions {
-  uint32_t keys = 32;     // lists "<key_prefix>0" .. "<key_prefix><keys-1>"
+  uint32_t keys = 32;     // lists in use at once: "<key_prefix><n>"
   uint32_t max_ops = 4;   // micro-operations per transaction, 1..max_ops
   std::string key_prefix = "la/";
+  // Appends planned on one list before it is retired and a fresh list takes
+  // its place (as Elle does): lists stay short, so values stay far below
+  // the TC's value limit and checking stays cheap. 0: never retire.
+  uint32_t max_appends_per_key = 128;
 };
 
 // One transaction of the store under test: what the workload needs.
@@ -82,19 +87,32 @@ class ListAppendWorkload {
   Status RunOne(client::Client& client, uint64_t client_id, Random64& rng);
   Status RunOne(ListStore& store, uint64_t client_id, Random64& rng);
 
-  // A read of every list in one transaction, recorded as one transaction
-  // (retried on lock conflicts; each try recorded). OK when it committed.
+  // A read of every list used so far (retired ones too) in one transaction,
+  // recorded as one transaction (retried on lock conflicts; each try
+  // recorded). OK when it committed.
   Status ReadAll(client::Client& client);
   Status ReadAll(ListStore& store);
 
   const ListAppendOptions& options() const { return opts_; }
-  std::string KeyName(uint32_t index) const;
+  std::string KeyName(uint64_t index) const;
+  // Lists used so far: "<key_prefix>0" .. "<key_prefix><n-1>".
+  uint64_t keys_used() const;
 
  private:
-  uint32_t PickKey(Random64& rng) const;
+  struct Planned {
+    bool append;
+    uint64_t key;
+  };
+  // A transaction's micro-operations, drawn from rng; appends count toward
+  // their list's retirement.
+  std::vector<Planned> Plan(Random64& rng);
 
   const ListAppendOptions opts_;
   History* const history_;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> active_;      // guarded by mu_: the list in each slot
+  std::vector<uint32_t> appends_;     // guarded by mu_: appends planned, per slot
+  uint64_t next_key_;                 // guarded by mu_: the next fresh list
 };
 
 }  // namespace deuteron::crash

@@ -1,4 +1,5 @@
 // History (tc/crash/history/history.h): recording and the JSON-lines form.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/random.h"
 #include "tc/crash/history/history.h"
+#include "tc/crash/history/history_check.h"
 
 namespace deuteron::crash {
 namespace {
@@ -110,6 +113,32 @@ TEST_CASE("history: a malformed line is a typed error naming the line", "[histor
   CHECK(missing.status().IsNotFound());
 }
 
+TEST_CASE("history: mangled lines load or fail with InvalidArgument, never crash", "[history]") {
+  const uint64_t seed = TestSeed();
+  INFO("seed " << seed);
+  Random64 rng(seed);
+  const std::string good =
+      R"({"id":5,"client":2,"status":"ok","start":1,"end":2,"ops":[["append","x",9],["r","y",[1,2]],["r","z",null]]})";
+  const std::string alphabet = "{}[]\",:-0123456789nulltruefalse \\u";
+  for (int i = 0; i < 3000; ++i) {
+    std::string line = good;
+    const int edits = 1 + static_cast<int>(rng.Uniform(4));
+    for (int e = 0; e < edits && !line.empty(); ++e) {
+      const size_t pos = rng.Uniform(line.size());
+      switch (rng.Uniform(3)) {
+        case 0: line[pos] = alphabet[rng.Uniform(alphabet.size())]; break;
+        case 1: line.erase(pos, 1 + rng.Uniform(8)); break;
+        default: line.resize(pos); break;
+      }
+    }
+    auto t = History::FromJson(line);
+    if (!t.ok()) {
+      INFO(line);
+      CHECK(t.status().IsInvalidArgument());
+    }
+  }
+}
+
 TEST_CASE("history: concurrent recording keeps every transaction and value", "[history]") {
   History h;
   constexpr int kThreads = 4, kEach = 500;
@@ -133,6 +162,43 @@ TEST_CASE("history: concurrent recording keeps every transaction and value", "[h
   for (const HistoryTxn& t : h.transactions()) values.push_back(t.ops[0].value);
   std::sort(values.begin(), values.end());
   CHECK(std::adjacent_find(values.begin(), values.end()) == values.end());
+}
+
+// The offline check behind `history_check FILE`: its exit status and output.
+TEST_CASE("history: a saved history is checked offline", "[history]") {
+  const std::string path = TempPath("offline");
+  std::FILE* out = std::tmpfile();
+  std::FILE* err = std::tmpfile();
+  REQUIRE(out != nullptr);
+  REQUIRE(err != nullptr);
+  auto read_back = [](std::FILE* f) {
+    std::string text(4096, '\0');
+    std::rewind(f);
+    text.resize(std::fread(text.data(), 1, text.size(), f));
+    std::rewind(f);
+    return text;
+  };
+  // Write skew: two transactions each read what the other appends to.
+  WriteFile(path,
+            "{\"id\":1,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[]],[\"append\",\"y\",2]]}\n"
+            "{\"id\":2,\"status\":\"ok\",\"ops\":[[\"r\",\"y\",[]],[\"append\",\"x\",1]]}\n");
+  CHECK(CheckHistoryFile(path, out, err) == 0);  // nothing read the appends yet
+  CHECK(read_back(out).find("\"anomalies\":[]") != std::string::npos);
+  WriteFile(path,
+            "{\"id\":1,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[]],[\"append\",\"y\",2]]}\n"
+            "{\"id\":2,\"status\":\"ok\",\"ops\":[[\"r\",\"y\",[]],[\"append\",\"x\",1]]}\n"
+            "{\"id\":3,\"status\":\"ok\",\"ops\":[[\"r\",\"x\",[1]],[\"r\",\"y\",[2]]]}\n");
+  std::FILE* out2 = std::tmpfile();
+  REQUIRE(out2 != nullptr);
+  CHECK(CheckHistoryFile(path, out2, err) == 1);
+  CHECK(read_back(out2).find("G2: cycle T1 -rw-> T2 -rw-> T1") != std::string::npos);
+  WriteFile(path, "{\"id\":1\n");
+  CHECK(CheckHistoryFile(path, out, err) == 2);
+  CHECK(read_back(err).find("InvalidArgument") != std::string::npos);
+  std::fclose(out);
+  std::fclose(out2);
+  std::fclose(err);
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -62,6 +62,7 @@ TEST_CASE("list append: concurrent clients of a real store leave a serializable 
   History history;
   ListAppendOptions o;
   o.keys = 6;
+  o.max_appends_per_key = 10;  // lists retire and fresh ones take their place
   ListAppendWorkload workload(o, &history);
   constexpr int kThreads = 4, kEach = 60;
   std::atomic<int> unexpected{0};
@@ -84,6 +85,26 @@ TEST_CASE("list append: concurrent clients of a real store leave a serializable 
   CHECK(unexpected.load() == 0);
   CHECK(CountOutcome(history, TxnOutcome::kOk) > kThreads * kEach / 4);
   CHECK(CountOutcome(history, TxnOutcome::kInfo) == 0);
+  size_t reads = 0, appends = 0;
+  for (size_t i = 0; i + 1 < history.transactions().size(); ++i) {  // not ReadAll's
+    for (const HistoryOp& op : history.transactions()[i].ops) {
+      (op.kind == HistoryOp::Kind::kRead ? reads : appends) += 1;
+    }
+  }
+  CHECK(reads > 0);
+  CHECK(appends > 0);
+  // No list got more appends than allowed; the final read saw every list.
+  std::map<std::string, size_t> per_key;
+  for (const HistoryTxn& t : history.transactions()) {
+    for (const HistoryOp& op : t.ops) per_key[op.key] += op.kind == HistoryOp::Kind::kAppend;
+  }
+  CHECK(workload.keys_used() > o.keys);
+  CHECK(per_key.size() == workload.keys_used());
+  for (const auto& [key, n] : per_key) {
+    INFO(key);
+    CHECK(n <= o.max_appends_per_key);
+  }
+  CHECK(history.transactions().back().ops.size() == workload.keys_used());
   const IsolationReport r = CheckHistory(history);
   Report(r);
   CHECK(r.ok());

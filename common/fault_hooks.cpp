@@ -224,17 +224,24 @@ class FreezableEnv final : public EnvWrapper {
 // The SIGUSR2 thread: SIGUSR2 is blocked in every thread (the mask is set
 // before any thread starts and inherited), and taken here with sigwait, so
 // the crash runs as ordinary code, not in a signal handler.
+// The thread itself starts with every signal blocked, so that it never
+// takes a signal meant for the main thread (the servers' SIGINT/SIGTERM,
+// blocked there later and taken with sigwait).
 void StartPowerLossThread() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &before);
   std::thread([set] {
     int sig = 0;
     while (sigwait(&set, &sig) != 0 || sig != SIGUSR2) {
     }
     PowerLoss();
   }).detach();
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
 // ------------------------------------------------------------- parsing
@@ -290,8 +297,17 @@ Status ParseKillPoint(const std::string& value) {
                                  "' (deuteron crashtest --list-kill-points)");
 }
 
-Status ParseFaultEnv(const std::string& value, uint64_t* seed) {
-  PowerState& p = Power();
+// What DEUTERON_FAULT_ENV asks for.
+struct FaultEnvConfig {
+  bool powerloss = false;
+  CrashMode mode = CrashMode::kDropUnsynced;
+  uint64_t fail_at = 0;
+  Code fail_code = Code::kOk;
+  uint64_t seed = 1;
+};
+
+Result<FaultEnvConfig> ParseFaultEnv(const std::string& value) {
+  FaultEnvConfig c;
   size_t start = 0;
   while (start <= value.size()) {
     size_t comma = value.find(',', start);
@@ -302,20 +318,20 @@ Status ParseFaultEnv(const std::string& value, uint64_t* seed) {
     uint64_t n = 0;
     const bool has_n = colon != std::string::npos && ParseU64(mode.substr(colon + 1), &n);
     if (mode == "powerloss" || mode == "torn") {
-      p.powerloss = true;
-      p.mode = mode == "torn" ? CrashMode::kTearUnsynced : CrashMode::kDropUnsynced;
+      c.powerloss = true;
+      c.mode = mode == "torn" ? CrashMode::kTearUnsynced : CrashMode::kDropUnsynced;
     } else if ((head == "enospc" || head == "eio") && has_n && n >= 1) {
-      p.fail_at = n;
-      p.fail_code = head == "enospc" ? Code::kNoSpace : Code::kIOError;
+      c.fail_at = n;
+      c.fail_code = head == "enospc" ? Code::kNoSpace : Code::kIOError;
     } else if (head == "seed" && has_n) {
-      *seed = n;
+      c.seed = n;
     } else {
       return Status::InvalidArgument("DEUTERON_FAULT_ENV: unknown mode '" + mode +
                                      "' (want powerloss, torn, enospc:N, eio:N, seed:S)");
     }
     start = comma + 1;
   }
-  return Status::OK();
+  return c;
 }
 
 const char* Variable(const char* name) {
@@ -371,9 +387,11 @@ Result<Env*> SetUpFromEnvironment() {
   if (brk != nullptr) {
     ASSIGN_OR_RETURN(b, ParseBreak(brk));
   }
-  if (kill != nullptr) RETURN_IF_ERROR(ParseKillPoint(kill));
-  uint64_t seed = 1;
-  if (env != nullptr) RETURN_IF_ERROR(ParseFaultEnv(env, &seed));
+  FaultEnvConfig fe;
+  if (env != nullptr) {
+    ASSIGN_OR_RETURN(fe, ParseFaultEnv(env));
+  }
+  if (kill != nullptr) RETURN_IF_ERROR(ParseKillPoint(kill));  // last: it arms on success
 
   if (b != Break::kNone) {
     SetBreakForTest(b);
@@ -382,7 +400,11 @@ Result<Env*> SetUpFromEnvironment() {
   if (kill != nullptr) internal::g_kill_points_armed.store(true, std::memory_order_relaxed);
   if (env == nullptr) return Env::Posix();
   PowerState& p = Power();
-  p.fault_env = new FaultInjectionEnv(Env::Posix(), seed);  // process-wide, never destroyed
+  p.powerloss = fe.powerloss;
+  p.mode = fe.mode;
+  p.fail_at = fe.fail_at;
+  p.fail_code = fe.fail_code;
+  p.fault_env = new FaultInjectionEnv(Env::Posix(), fe.seed);  // process-wide, never destroyed
   p.env = new FreezableEnv(p.fault_env);
   if (p.powerloss) StartPowerLossThread();
   return static_cast<Env*>(p.env);

@@ -51,7 +51,7 @@ namespace deuteron::fault {
 // group; names are dotted, lowercase, component first.
 enum class KillPoint : uint16_t {
   // DC: LLAMA flush of one page (dc/llama/llama_flush.cpp).
-  kDcFlushBeforeWrite,       // dc.flush.before_write: state serialized, not in a buffer yet
+  kDcFlushBeforeWrite,       // dc.flush.before_write: records chosen, nothing reserved yet
   kDcFlushAfterWrite,        // dc.flush.after_write: in the flush buffer, mapping updated
   // DC: the LSS flush-buffer ring (dc/llama/lss.cpp).
   kDcLssBufferSealed,        // dc.lss.buffer.sealed: a full buffer handed on to the I/O thread

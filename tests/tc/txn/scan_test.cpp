@@ -15,6 +15,7 @@
 
 #include "common/env.h"
 #include "common/fault_env.h"
+#include "common/fault_hooks.h"
 #include "dc/dc.h"
 #include "tc/txn_manager.h"
 #include "tc/wal/log.h"
@@ -362,6 +363,31 @@ TEST_CASE("scan iterator: the range lock is taken at creation", "[tc][txn][scan]
   CHECK(w2->Put("k07", "fine").ok());
   REQUIRE(w2->Commit().ok());
   CHECK(Drain(*it) == std::vector<std::string>{"k02=v2", "k03=v3", "k04=v4", "k05=v5"});
+  it.reset();
+  REQUIRE(t->Commit().ok());
+}
+
+// DEUTERON_BREAK=scan_lock_early (common/fault_hooks.h) is real: the
+// phantom the case above refuses commits with the break switched on.
+TEST_CASE("scan break scan_lock_early: a phantom insert into a scanned range commits",
+          "[tc][txn][scan][break]") {
+  REQUIRE(fault::HooksCompiled());
+  ScanStore s(std::chrono::milliseconds(100));
+  LoadNine(s);
+  fault::SetBreakForTest(fault::Break::kScanLockEarly);
+  auto t = s.tm->Begin();
+  ScanOptions o;
+  o.lower = "k02";
+  o.upper = "k06";
+  auto it = Open(*t, o);
+  fault::SetBreakForTest(fault::Break::kNone);
+  auto w = s.tm->Begin();
+  Status put = w->Put("k055", "phantom");
+  CHECK(put.ok());  // no range lock stopped it: contract 6 broken
+  if (put.ok()) CHECK(w->Commit().ok());
+  // The scan, still in its transaction, now sees a row that was not there.
+  CHECK(Drain(*it) ==
+        std::vector<std::string>{"k02=v2", "k03=v3", "k04=v4", "k05=v5", "k055=phantom"});
   it.reset();
   REQUIRE(t->Commit().ok());
 }

@@ -41,7 +41,8 @@ struct CrashtestArgs {
   uint32_t list_append_threads = 1;
   std::string break_contract;
   bool until_violation = false;
-  std::string kill_point_probability = "0.01";
+  std::string kill_point_probability = "0.05";
+  uint64_t io_fault_max_n = 40;
   std::string check_history;  // a saved list-append history to check offline
 };
 
@@ -84,6 +85,7 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.bank.think_ms = a.think_ms;
   o.check_every = a.check_every;
   o.kill_point_probability = a.kill_point_probability;
+  o.io_fault_max_n = a.io_fault_max_n;
   o.check_crashed = a.check_crashed;
   o.list_append_threads = a.list_append_threads;
   o.break_contract = a.break_contract;
@@ -197,6 +199,10 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                   "(tc/crash/history/history.md)")
       ->type_name("FILE");
   cmd->add_flag("--until-violation", a->until_violation, "end the run after the first cycle with a violation");
+  cmd->add_option("--io-fault-max-n", a->io_fault_max_n,
+                  "enospc, eio: the Nth write or sync after the server starts fails, N uniform in 1..this")
+      ->check(Within(1, 1000000))
+      ->type_name("N");
   cmd->add_flag("--json", a->json, "print the report as one JSON object on standard output");
   cmd->add_option("--dir", a->dir,
                   "a new or empty run directory, kept (default: a temporary one, removed when clean)")

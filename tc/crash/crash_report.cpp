@@ -74,6 +74,7 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
          ",\"duplicated\":" + std::to_string(rpc.duplicated) + "}";
   }
   j += ",\"io_faults_survived\":" + std::to_string(io_faults_survived);
+  j += ",\"tc_fail_stops\":" + std::to_string(tc_fail_stops);
   if (crashed_store_checks > 0) {
     j += ",\"crashed_store_checks\":" + std::to_string(crashed_store_checks);
     j += ",\"crashed_store_check_failures\":" + std::to_string(crashed_store_check_failures);

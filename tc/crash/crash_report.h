@@ -21,7 +21,8 @@ struct CrashReport {
   uint64_t kill_points_hit = 0;
   std::map<std::string, uint64_t> kill_point_names;  // hits per kill point
   ProxyCounts rpc;  // with rpc: what the proxy did over the whole run
-  uint64_t io_faults_survived = 0;  // enospc/eio cycles where the server kept running
+  uint64_t io_faults_survived = 0;
+  uint64_t tc_fail_stops = 0;  // enospc/eio on the DC made the TC stop itself; restarted  // enospc/eio cycles where the server kept running
   uint64_t acknowledged = 0;  // transfers acknowledged to a client
   uint64_t verified = 0;      // of those, found with their effects after a recovery
   uint64_t unknown = 0;       // commits in doubt (reply lost), resolved either way

@@ -88,6 +88,8 @@ Result<std::unique_ptr<client::Client>> CrashTest::AwaitReady(milliseconds timeo
       });
       if (last.ok()) return c;
       if (!client::IsRetryable(last) && last.code() != Code::kShuttingDown) return last;
+      // A TC that failed (fail-stop) serves nothing until it is restarted.
+      if (last.message().find("the TC has failed") != std::string_view::npos) return last;
     } else {
       last = c.status();
     }
@@ -411,6 +413,17 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
   const auto start = Clock::now();
   if (Status r = StartBoth(); !r.ok()) return r;
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
+  if (!c.ok() && (kind == FaultKind::kEnospc || kind == FaultKind::kEio) &&
+      c.status().message().find("the TC has failed") != std::string_view::npos) {
+    // The DC's I/O error reached the TC (e.g. in restart-to) and the TC
+    // stopped itself, as it must; a failed TC is restarted.
+    Progress("%s: the TC failed on the DC's error (%s); restarting it", what.c_str(),
+             std::string(c.status().message()).substr(0, 160).c_str());
+    ++report_.tc_fail_stops;
+    cluster_.KillTc();
+    if (Status r = StartBoth(); !r.ok()) return r;
+    c = AwaitReady(o_.recovery_timeout);
+  }
   if (!c.ok()) return c.status();
   const double ms = MsSince(start);
   report_.recovery_ms.push_back(ms);

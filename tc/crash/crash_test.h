@@ -60,9 +60,9 @@ struct CrashOptions {
   bool check_crashed = false;
   // killpoint: the probability of dying at each hit of any kill point
   // (DEUTERON_KILL_POINT=*:P:SEED).
-  std::string kill_point_probability = "0.01";
+  std::string kill_point_probability = "0.05";
   // enospc, eio: the Nth counted write or sync fails, N uniform in [1, this].
-  uint64_t io_fault_max_n = 200;
+  uint64_t io_fault_max_n = 40;
   // rpc: the per-frame fault probabilities of an rpc cycle (each cycle
   // draws each uniformly in [0, this]); the seed comes from the run's.
   ProxyFaults rpc_faults{.delay_p = 0.2, .max_delay = std::chrono::milliseconds(20), .drop_p = 0.02,

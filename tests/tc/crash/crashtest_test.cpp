@@ -30,7 +30,7 @@ std::string ReadAll(const std::string& path) {
 
 TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[crash][crashtest]") {
   CrashOptions o;
-  o.cycles = 4;
+  o.cycles = 2;
   o.seed = 3;
   o.faults = {FaultKind::kKill, FaultKind::kBitflip};
   o.program = DEUTERON_BIN;
@@ -38,7 +38,7 @@ TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[cras
   o.bank.accounts = 16;
   o.bank.threads = 2;
   o.max_window = std::chrono::milliseconds(150);
-  o.check_every = 2;
+  o.check_every = 1;
   o.progress = nullptr;
   CrashTest test(o);
   Result<CrashReport> r = test.Run();
@@ -46,15 +46,15 @@ TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[cras
   INFO("run directory " << o.dir);
   for (const std::string& v : r->violations) UNSCOPED_INFO(v);
   CHECK(r->violations.empty());
-  CHECK(r->cycles == 4);
-  CHECK(r->faults[static_cast<size_t>(FaultKind::kKill)] == 2);
-  CHECK(r->faults[static_cast<size_t>(FaultKind::kBitflip)] == 2);
-  CHECK(r->bitflips_detected + r->bitflips_harmless == 2);
+  CHECK(r->cycles == 2);
+  CHECK(r->faults[static_cast<size_t>(FaultKind::kKill)] == 1);
+  CHECK(r->faults[static_cast<size_t>(FaultKind::kBitflip)] == 1);
+  CHECK(r->bitflips_detected + r->bitflips_harmless == 1);
   CHECK(r->acknowledged > 0);
   CHECK(r->verified == r->acknowledged);
-  CHECK(r->keys_checked >= 4 * 16);
-  CHECK(r->recovery_ms.size() >= 4);
-  CHECK(r->store_checks == 4);  // after cycle 2 and at the end, tc and dc each
+  CHECK(r->keys_checked >= 2 * 16);
+  CHECK(r->recovery_ms.size() >= 2);
+  CHECK(r->store_checks == 4);  // after cycle 1 and at the end, tc and dc each
   if (r->violations.empty()) std::filesystem::remove_all(o.dir);
 }
 
@@ -75,7 +75,7 @@ CrashOptions Short(std::vector<FaultKind> faults, uint64_t cycles) {
 }
 
 TEST_CASE("rpc cycles put the proxy's faults between TC and DC and verify", "[crash][crashtest]") {
-  CrashOptions o = Short({FaultKind::kRpc}, 2);
+  CrashOptions o = Short({FaultKind::kRpc}, 1);
   // Every frame delayed, some calls cut: the faults surely happen.
   o.rpc_faults = ProxyFaults{.delay_p = 1.0, .max_delay = std::chrono::milliseconds(2), .drop_p = 0.05,
                              .reset_p = 0.05, .duplicate_p = 0.2};
@@ -84,7 +84,7 @@ TEST_CASE("rpc cycles put the proxy's faults between TC and DC and verify", "[cr
   REQUIRE(r.ok());
   for (const std::string& v : r->violations) UNSCOPED_INFO(v);
   CHECK(r->violations.empty());
-  CHECK(r->cycles == 2);
+  CHECK(r->cycles == 1);
   CHECK(r->rpc.frames > 0);
   CHECK(r->rpc.delayed > 0);
   CHECK(r->faults[static_cast<size_t>(FaultKind::kRpc)] ==
@@ -116,7 +116,7 @@ TEST_CASE("deuteron crashtest prints its JSON report and exits 0 when clean", "[
   const std::string dir = TempDir();
   const std::string out = dir + ".out";
   Result<int> rc = RunProgram(DEUTERON_BIN,
-                              {"crashtest", "--cycles", "2", "--seed", "5", "--faults", "kill", "--json",
+                              {"crashtest", "--cycles", "1", "--seed", "5", "--faults", "kill", "--json",
                                "--accounts", "8", "--threads", "2", "--max-window-ms", "100",
                                "--dir", dir + "/run"},
                               out);
@@ -124,7 +124,7 @@ TEST_CASE("deuteron crashtest prints its JSON report and exits 0 when clean", "[
   const std::string text = ReadAll(out);
   INFO(text);
   CHECK(*rc == 0);
-  CHECK(text.find("{\"seed\":5,\"cycles\":2,\"faults\":{\"kill\":2}") != std::string::npos);
+  CHECK(text.find("{\"seed\":5,\"cycles\":1,\"faults\":{\"kill\":1}") != std::string::npos);
   CHECK(text.find("\"violations\":[]}") != std::string::npos);
   CHECK(text.find("crashtest: seed 5") != std::string::npos);  // progress on stderr
   std::filesystem::remove_all(dir);

@@ -24,6 +24,9 @@ Result<int> RunProgram(const std::string& program, const std::vector<std::string
   posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, output_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  // Nothing else of ours (a client's or the proxy's socket held open by the
+  // child would keep its peer from seeing it close).
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   pid_t pid = 0;
   const int err = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);

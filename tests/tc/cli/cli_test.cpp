@@ -315,11 +315,13 @@ TEST_CASE("deuteron stats --json against a running TC and DC", "[tc][cli][stats]
   CHECK(JsonField(o.output, "esl") > 0);
   CHECK(JsonField(o.output, "ops_applied") == 5);  // the DC's, inside "dc"
   CHECK(JsonField(o.output, "pages") > 0);
+  CHECK(JsonField(o.output, "live_bytes") >= 0);  // the DC's live bytes (issue 31), reported
   const Outcome text = Run({"stats", "--connect", address, "--interval", "10ms"});
   INFO(text.output);
   CHECK(text.status == 0);
   CHECK(text.output.find("commit p50") != std::string::npos);
   CHECK(text.output.find("space amplification") != std::string::npos);
+  CHECK(text.output.find(" live; space amplification ") != std::string::npos);  // over live bytes
   CHECK(server.Stop(SIGTERM) == 0);
 
   Child dc({"dc", "--dir", dir + "/d", "--listen", "127.0.0.1:0"});

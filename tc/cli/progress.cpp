@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "common/logging.h"
@@ -46,6 +47,15 @@ std::string Seconds(double s) {
 
 }  // namespace
 
+// How often a live line is redrawn: 100 ms, or DEUTERON_PROGRESS_MS (tests
+// that check the redraws on a pty set it low, so that quick work is still
+// drawn live more than once).
+static std::chrono::milliseconds LiveInterval() {
+  const char* env = std::getenv("DEUTERON_PROGRESS_MS");
+  if (env == nullptr || *env == '\0') return std::chrono::milliseconds(100);
+  return std::chrono::milliseconds(std::strtoul(env, nullptr, 10));
+}
+
 Progress::Progress(std::string what, uint64_t total, Unit unit, FILE* out,
                    std::chrono::milliseconds interval)
     : what_(std::move(what)),
@@ -63,7 +73,7 @@ void Progress::Update(uint64_t done) {
   done_ = done;
   if (finished_) return;
   const Clock::time_point now = Clock::now();
-  const auto due = live_ ? std::chrono::milliseconds(100) : interval_;
+  const auto due = live_ ? LiveInterval() : interval_;
   if (now - last_print_ < due) return;
   last_print_ = now;
   Print(false);

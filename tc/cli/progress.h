@@ -9,7 +9,8 @@
 //   for (...) p.Update(done);
 //   p.Finish();
 //
-// While a live line is up, log lines (common/logging.h, from any thread) go
+// The live line is redrawn every 100 ms (DEUTERON_PROGRESS_MS overrides it:
+// tests on a pty set it low). While a live line is up, log lines (common/logging.h, from any thread) go
 // through it: the line is erased, the log line written, the line redrawn,
 // so that a log line never runs into the live line (before issue 31's pty
 // tests, a server's log lines during its recovery replay did). Other

@@ -101,6 +101,10 @@ void WalkLogSegment(const std::string& data, uint64_t segment_size, LogSegment* 
   // the end proves the end was durable (damage, not a torn tail).
   for (uint64_t o = seg->valid_end + wal::kRecordAlign; o + wal::kRecordHeaderSize <= data.size();
        o += wal::kRecordAlign) {
+    if (o - reported >= kWalkedStep) {
+      walked(o);
+      reported = o;
+    }
     wal::RecordHeader h;
     const wal::Parsed p = wal::ParseRecord(data.data() + o, data.size() - o, start + o, segment_size, &h, nullptr);
     if (p != wal::Parsed::kInvalid && h.esl_seen > seg->stray_esl_seen) {

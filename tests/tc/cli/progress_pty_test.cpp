@@ -38,6 +38,8 @@ class PtyChild {
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       setenv("TERM", "xterm", 1);
+      // Redraws every 2 ms: the work here is short on a fast machine.
+      setenv("DEUTERON_PROGRESS_MS", "2", 1);
       std::vector<char*> argv;
       argv.push_back(const_cast<char*>(DEUTERON_BIN));
       for (std::string& a : args) argv.push_back(a.data());
@@ -178,12 +180,14 @@ void BuildCrashedStore(const std::string& dir, int mib) {
   {
     auto c = client::Client::Connect("127.0.0.1:" + std::to_string(port));
     REQUIRE(c.ok());
-    const std::string value(60 << 10, 'v');
+    // 1 KiB values, as a replay applies them in batches of 4096 operations
+    // (4 MiB here: several progress steps), 900 a transaction (its log
+    // record under the 1 MiB most).
+    const std::string value(1 << 10, 'v');
     int key = 0;
-    // 14 puts of 60 KiB a transaction: its log record under the 1 MiB most.
-    for (int t = 0; t < mib * 1024 / (14 * 60); ++t) {
+    for (int t = 0; t < mib * 1024 / 900; ++t) {
       Status s = (*c)->Run([&](client::Transaction& txn) -> Status {
-        for (int i = 0; i < 14; ++i) {
+        for (int i = 0; i < 900; ++i) {
           Status p = txn.Put("key" + std::to_string(key + i), value);
           if (!p.ok()) return p;
         }
@@ -191,7 +195,7 @@ void BuildCrashedStore(const std::string& dir, int mib) {
       });
       INFO(s.ToString());
       REQUIRE(s.ok());
-      key += 14;
+      key += 900;
     }
   }
   child.Stop(SIGKILL);
@@ -201,7 +205,7 @@ TEST_CASE("Recovery replay and check show a live progress line on a terminal",
           "[tc][cli][progress]") {
   const std::string dir = TempDir();
   const std::string a = dir + "/a", b = dir + "/b";
-  BuildCrashedStore(a, 32);
+  BuildCrashedStore(a, 24);
   fs::copy(a, b, fs::copy_options::recursive);
 
   {  // The replay on a terminal, then a clean close.

@@ -115,6 +115,13 @@ class DcStore final : public KvStore {
         .Set("space_amplification", Ratio(static_cast<double>(ls.lss.live_bytes_on_disk),
                                           static_cast<double>(user_bytes)))
         .Set("lss_live_bytes", ls.lss.live_bytes_on_disk)
+        // The LSS bytes the pages' states need (dc/llama/llama.md, "Live
+        // bytes"), and the segment files held over them: the LSS's own space
+        // amplification, as `deuteron stats` reports it (the one above is over
+        // the user's key and value bytes, so it also counts the page format).
+        .Set("llama_live_bytes", ls.live_bytes)
+        .Set("lss_space_amplification", Ratio(static_cast<double>(ls.lss.live_bytes_on_disk),
+                                              static_cast<double>(ls.live_bytes)))
         .Set("checkpoints", ls.checkpoints)
         .Set("lss_buffers_written", ls.lss.buffers_written)
         .Set("lss_syncs", ls.lss.syncs)

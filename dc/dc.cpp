@@ -711,6 +711,7 @@ Result<DcStats> Dc::GetStats() {
   s.lss_segments = ls.lss.segments_live;
   s.page_loads = ls.page_loads;
   s.swap_outs = ls.swap_outs;
+  s.live_bytes = ls.live_bytes;
   return s;
 }
 

@@ -299,6 +299,7 @@ DcStats ToWire(const ::deuteron::DcStats& r) {
   w.__set_lss_segments(Counter(r.lss_segments));
   w.__set_page_loads(Counter(r.page_loads));
   w.__set_swap_outs(Counter(r.swap_outs));
+  w.__set_live_bytes(Counter(r.live_bytes));
   return w;
 }
 
@@ -331,6 +332,7 @@ DcStats ToWire(const ::deuteron::DcStats& r) {
   r.lss_segments = w.__isset.lss_segments ? Counter(w.lss_segments) : 0;
   r.page_loads = w.__isset.page_loads ? Counter(w.page_loads) : 0;
   r.swap_outs = w.__isset.swap_outs ? Counter(w.swap_outs) : 0;
+  r.live_bytes = w.__isset.live_bytes ? Counter(w.live_bytes) : 0;
   return r;
 }
 

@@ -167,6 +167,8 @@ struct DcStats {
   uint64_t lss_segments = 0;
   uint64_t page_loads = 0;
   uint64_t swap_outs = 0;
+  // LSS bytes the pages' current states need (0 from older servers).
+  uint64_t live_bytes = 0;
 };
 
 class DataComponent {

@@ -174,6 +174,9 @@ struct DcStats {
   25: optional i64 lss_segments,      // LSS segment files held
   26: optional i64 page_loads,        // pages (or parts) read back from the LSS
   27: optional i64 swap_outs,         // pages that left memory entirely
+  // LSS bytes the pages' current states need (dc/llama/llama.md, "Live
+  // bytes"): space amplification is lss_disk_bytes over this.
+  28: optional i64 live_bytes,
 }
 
 service DataComponentService {

@@ -56,6 +56,17 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
   std::vector<RecordOp> batch;
   std::vector<RecordOp> ops;
   uint64_t replayed = 0;
+  // Progress counts what the DC has applied, not what was read: a batch
+  // holds up to apply_batch_ops operations, and with large values the whole
+  // replay was read (100% shown) before its one batch was applied. Reported
+  // at record ends: the end of the last record whose operations are all
+  // in a batch applied.
+  uint64_t whole_end = std::min(from, end);
+  auto report = [&] {
+    if (options_.replay_progress) {
+      options_.replay_progress(whole_end - std::min(from, end), end - std::min(from, end));
+    }
+  };
   // Applies the batch (Busy retried up to dc_wait, then Unavailable), then
   // drops every payload but the current record's.
   auto flush = [&]() -> Status {
@@ -70,6 +81,7 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
     if (!r.ok()) return r.status().WithContext("TC recovery: replay");
     replayed += batch.size();
     batch.clear();
+    report();
     if (payloads.size() > 1) payloads.erase(payloads.begin(), payloads.end() - 1);
     return Status::OK();
   };
@@ -81,7 +93,6 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
     // durable since) are not this recovery's: their commits apply them.
     if (!*more || rec.end > end) break;
     DEUTERON_KILL_POINT(kTcReplayRecord);
-    if (options_.replay_progress) options_.replay_progress(rec.end - std::min(from, end), end - std::min(from, end));
     payloads.push_back(rec.payload.ToString());
     if (Status s = DecodeCommitRecord(payloads.back(), rec.lsn, &ops); !s.ok()) {
       return s.WithContext("TC recovery: record at LSN " + std::to_string(rec.lsn));
@@ -97,8 +108,10 @@ Status TxnManager::RestartAndReplay(wal::Lsn end) {
         if (Status s = flush(); !s.ok()) return s;
       }
     }
+    whole_end = rec.end;
   }
   if (Status s = flush(); !s.ok()) return s;
+  if (whole_end > std::min(from, end)) report();  // the end, when anything was replayed
   replayed_ops_.store(replayed, std::memory_order_relaxed);
   NoteEslSent(end - 1);  // RestartTo set the DC's ESL to E - 1
   DEUTERON_KILL_POINT(kTcRecoveryEnd);

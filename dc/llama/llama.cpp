@@ -151,7 +151,8 @@ Llama::Llama(Env* env, std::string dir, LlamaOptions options)
       options_(std::move(options)),
       epochs_(std::make_unique<EpochManager>(options_.epochs)),
       mapping_(std::make_unique<MappingTable>(epochs_.get(), options_.mapping)),
-      memory_(std::make_unique<MemoryCounter>()) {
+      memory_(std::make_unique<MemoryCounter>()),
+      state_bytes_(std::make_unique<StateBytes>(mapping_->capacity())) {
   void* bits = mmap(nullptr, mapping_->capacity(), PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (bits != MAP_FAILED) referenced_ = static_cast<std::atomic<uint8_t>*>(bits);
@@ -166,7 +167,8 @@ Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
   }
   Status s = [&]() -> Status {
     ASSIGN_OR_RETURN(llama->lss_, LogStructuredStore::Open(env, dir, options.lss));
-    return llama->Recover();
+    RETURN_IF_ERROR(llama->Recover());
+    return llama->RecoverLiveBytes();
   }();
   if (!s.ok()) {
     llama->closed_ = true;  // never opened: nothing to make stable or checkpoint
@@ -491,6 +493,7 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
     const RecordHeader& h = *rh;
     page_load_reads_.fetch_add(1, std::memory_order_relaxed);
     ++state->records;
+    state->bytes += RecordSpan(h.length);
     const std::string where = "LSS record at " + std::to_string(a);
     if (h.type != RecordType::kBase && h.type != RecordType::kDelta) {
       return fail(Status::Corruption(where + " is not a page record"));
@@ -562,6 +565,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   if (MappingTable::IsLss(entry)) {
     const LssAddress address = MappingTable::ToLss(entry);
     ASSIGN_OR_RETURN(PageNode * chain, LoadFromLss(pid, address, &loaded_state));
+    state_bytes_->Note(pid, address, loaded_state.bytes);
     FlushNode* f = NewFlushNode(NodeKind::kFlush);
     f->seq = chain->seq + 1;
     f->tag = loaded_state.bound;
@@ -591,6 +595,7 @@ Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
   }
   const FlushNode* ps = AsFlush(n);
   ASSIGN_OR_RETURN(PageNode * loaded, LoadFromLss(pid, ps->address, &loaded_state));
+  state_bytes_->Note(pid, ps->address, loaded_state.bytes);
 
   // Rebuild: nodes above the old topmost flush, the flush, then the memory
   // nodes below it merged with the loaded ones, all by seq.
@@ -804,6 +809,7 @@ Llama::Stats Llama::GetStats() const {
   s.segments_cleaned = segments_cleaned_.load(std::memory_order_relaxed);
   s.pages_relocated = pages_relocated_.load(std::memory_order_relaxed);
   s.bytes_relocated = bytes_relocated_.load(std::memory_order_relaxed);
+  s.live_bytes = static_cast<uint64_t>(std::max<int64_t>(0, state_bytes_->Total()));
   s.lss = lss_->GetStats();
   return s;
 }

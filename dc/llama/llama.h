@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "common/dir_lock.h"
@@ -31,6 +32,7 @@
 #include "dc/llama/lss.h"
 #include "dc/llama/mapping_table.h"
 #include "dc/llama/page_node.h"
+#include "dc/llama/state_bytes.h"
 
 namespace deuteron::llama {
 
@@ -329,9 +331,20 @@ class Llama {
     uint64_t segments_cleaned = 0;
     uint64_t pages_relocated = 0;
     uint64_t bytes_relocated = 0;
+    // LSS bytes the pages' current states need: every page's records from
+    // its newest down to its kBase (llama.md, "Live bytes"). The LSS's size
+    // over this is the space amplification.
+    uint64_t live_bytes = 0;
     LogStructuredStore::Stats lss;
   };
   Stats GetStats() const;
+
+  // Debug: the live bytes recounted from scratch, by walking every page's
+  // LSS state (reads the LSS). Equals GetStats().live_bytes when nothing
+  // changes the cache meanwhile. REQUIRES: no other thread uses the cache
+  // (a racing change may be counted by one and not the other); the caller
+  // holds no epoch guard.
+  Result<uint64_t> RecountLiveBytes();
 
   // Test hook: the destructor will not Close(), as after a process crash.
   void TEST_SkipCloseOnDestroy() { closed_ = true; }
@@ -381,6 +394,22 @@ class Llama {
 
   Llama(Env* env, std::string dir, LlamaOptions options);
   Status Recover();
+  // Live bytes (llama_live.cpp). The bytes of page `pid`'s LSS state at
+  // `head` (0 for none): noted, or walked in the LSS and noted.
+  // REQUIRES: the calling thread holds no LSS reservation.
+  Result<uint64_t> StateBytesOf(PageId pid, LssAddress head);
+  // Sums the spans of the records from `head` down to the page's kBase.
+  Result<uint64_t> WalkStateBytes(PageId pid, LssAddress head);
+  // The LSS state a page's mapping entry `e` names (0: none). REQUIRES: an
+  // epoch guard (or the entry's chain owned by the caller).
+  static LssAddress EntryLssHead(uint64_t e);
+  // Sets the total from every page's state after recovery.
+  Status RecoverLiveBytes();
+  // Takes the states of pages just freed off the total; `unresolved` gets
+  // those whose bytes are not noted (to walk once no reservation is held).
+  void SubtractFreed(PageId pid, uint64_t entry,
+                     std::vector<std::pair<PageId, LssAddress>>* unresolved);
+  void SubtractUnresolved(const std::vector<std::pair<PageId, LssAddress>>& unresolved);
   void Touch(PageId pid);
   // Clean(); releasing cleaned segments (two checkpoints) at once, or only
   // once a batch of cleaned segments waits for it.
@@ -424,6 +453,7 @@ class Llama {
     LssAddress base = kNullAddress; // the kBase record ending the chain
     uint32_t records = 0;           // LSS records read (the chain's depth)
     uint32_t chain_bytes = 0;       // bytes of the C-deltas among them
+    uint64_t bytes = 0;             // spans of all the records read
   };
   // Reads page `pid`'s LSS state at `address` and returns its data nodes in
   // chain order (newest first), linked. Corruption when a record there
@@ -435,8 +465,10 @@ class Llama {
   // Brings a wholly or partly swapped-out page into memory.
   Result<const PageNode*> Materialize(PageId pid, uint64_t entry);
 
-  // Frees pages in the mapping table and retires their chains.
-  void FreePagesNow(const std::vector<PageId>& pids);
+  // Frees pages in the mapping table, retires their chains and takes their
+  // LSS states off the live bytes (`unresolved`: see SubtractFreed).
+  void FreePagesNow(const std::vector<PageId>& pids,
+                    std::vector<std::pair<PageId, LssAddress>>* unresolved);
   // Removes the transaction from the active transaction table.
   void EndTransaction(SystemTxn* txn);
 
@@ -461,6 +493,8 @@ class Llama {
   std::unique_ptr<MappingTable> mapping_;
   std::unique_ptr<LogStructuredStore> lss_;
   std::unique_ptr<MemoryCounter> memory_;
+  // Each page's LSS state bytes and their total, the live bytes.
+  std::unique_ptr<StateBytes> state_bytes_;
 
   // The active transaction table: pages allocated by open system
   // transactions, private until commit (checkpoints record them as free).

@@ -218,6 +218,9 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
       DiscardChain(loaded);
       continue;  // the page changed: look again
     }
+    // The live bytes: the page's state is now this one record.
+    state_bytes_->Note(pid, r.address, span);
+    state_bytes_->Add(static_cast<int64_t>(span) - static_cast<int64_t>(loaded_state.bytes));
     WritePageRecord(r.dst, pid, pieces, payload, kNullAddress, 0, bound);
     lss_->Commit(r);
     if (swapped) RetireChain(head);

@@ -108,6 +108,13 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
 
   const size_t payload = PagePayloadSize(selected);
   const size_t span = RecordSpan(payload);
+  // The live bytes: a kBase replaces the page's LSS state, a C-delta adds
+  // to it. Found before the reservation (a walk may wait for stability).
+  uint64_t old_bytes = 0;
+  if (info.lss_head != kNullAddress) {
+    ASSIGN_OR_RETURN(old_bytes, StateBytesOf(pid, info.lss_head));
+  }
+  const uint64_t new_bytes = whole ? span : old_bytes + span;
   DEUTERON_KILL_POINT(kDcFlushBeforeWrite);
   ASSIGN_OR_RETURN(Reservation r, lss_->Reserve(span));
   FlushNode* f = NewFlushNode(NodeKind::kFlush);
@@ -132,6 +139,8 @@ Result<FlushResult> Llama::Flush(PageId pid, uint64_t max_tag, uint64_t annotati
     flush_failures_.fetch_add(1, std::memory_order_relaxed);
     return FlushResult{FlushOutcome::kRaced};
   }
+  state_bytes_->Note(pid, r.address, new_bytes);
+  state_bytes_->Add(static_cast<int64_t>(new_bytes) - static_cast<int64_t>(old_bytes));
   // The CAS made this flush the page's newest; now copy (LLAMA 3.2.3 step 4).
   WritePageRecord(r.dst, pid, selected, payload, whole ? kNullAddress : info.lss_head,
                   annotation, bound);
@@ -189,6 +198,13 @@ bool Llama::UpdateRFlush(PageId pid, const PageNode* expected, PageNode* state, 
   if (info.base == nullptr || !info.base_flushed || !CDeltaFits(info, base->size, span)) {
     return UpdateR(pid, expected, state);
   }
+  // The live bytes: the C-delta adds to the page's LSS state.
+  uint64_t old_bytes = 0;
+  if (!selected.empty()) {
+    Result<uint64_t> b = StateBytesOf(pid, info.lss_head);
+    if (!b.ok()) return UpdateR(pid, expected, state);  // the next flush reports it
+    old_bytes = *b;
+  }
   Reservation r;
   if (!selected.empty()) {
     // No room (a record too big, or the LSS failed, which the next flush
@@ -222,6 +238,8 @@ bool Llama::UpdateRFlush(PageId pid, const PageNode* expected, PageNode* state, 
   // Published: copy the record (the replaced chain is retired through the
   // epoch, and the caller's guard keeps it readable until then).
   if (!selected.empty()) {
+    state_bytes_->Note(pid, r.address, old_bytes + span);
+    state_bytes_->Add(static_cast<int64_t>(span));
     WritePageRecord(r.dst, pid, selected, payload, info.lss_head, annotation, bound);
     NoteAnnotation(annotation);
     lss_->Commit(r);

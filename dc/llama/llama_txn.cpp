@@ -89,6 +89,7 @@ struct PagePlan {
   LssAddress chain_base = kNullAddress;  // kBase record under `prev`
   uint32_t depth = 0;                    // the page's LSS chain after the commit
   uint32_t chain_bytes = 0;
+  uint64_t old_bytes = 0;          // the page's LSS state's bytes before the commit
   uint64_t bound = 0;
   size_t payload = 0;
   FlushNode* flush = nullptr;
@@ -150,6 +151,9 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     plan.payload = PagePayloadSize(plan.selected);
     plan.chain_bytes =
         plan.whole ? 0 : ChainBytesPlus(info.lss_chain_bytes, RecordSpan(plan.payload));
+    if (info.lss_head != kNullAddress) {
+      ASSIGN_OR_RETURN(plan.old_bytes, StateBytesOf(p, info.lss_head));
+    }
     plans.push_back(std::move(plan));
     return Status::OK();
   };
@@ -161,6 +165,15 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
   }
   if (final_delta != nullptr) RETURN_IF_ERROR(plan_page(pid, final_delta));
   if (after_plan_for_test_) after_plan_for_test_(txn->allocated_);
+  // The freed pages' states leave the live bytes at the commit; note them
+  // now, while a walk may still wait for stability (no reservation held).
+  for (PageId p : txn->freed_) {
+    auto guard = epochs_->Enter();
+    const LssAddress head = EntryLssHead(mapping_->Load(p));
+    if (head == kNullAddress) continue;
+    // A failure here is walked again after the commit (SubtractUnresolved).
+    if (!StateBytesOf(p, head).ok()) continue;
+  }
 
   // Reserve one transaction record holding every inner record.
   size_t inner = RecordSpan(0) * (txn->allocated_.size() + txn->freed_.size());
@@ -257,6 +270,13 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
     (void)ok;
     RetireNode(plan.flush);
   }
+  // The live bytes: each page written has a new LSS state.
+  for (const PagePlan& plan : plans) {
+    const uint64_t span = RecordSpan(plan.payload);
+    const uint64_t bytes = plan.whole ? span : plan.old_bytes + span;
+    state_bytes_->Note(plan.pid, plan.flush->address, bytes);
+    state_bytes_->Add(static_cast<int64_t>(bytes) - static_cast<int64_t>(plan.old_bytes));
+  }
 
   // Committed in memory; copy the records (LLAMA 5.3.1).
   char* out = r.dst + kRecordHeaderSize;
@@ -277,23 +297,27 @@ Result<bool> Llama::CommitTxn(SystemTxn* txn, PageId pid, const PageNode* expect
   // this record must see them, or recovery, which does not replay the record,
   // would bring the freed pages back and lose the new ones.
   if (before_frees_for_test_) before_frees_for_test_();
-  FreePagesNow(txn->freed_);
+  std::vector<std::pair<PageId, LssAddress>> unresolved;
+  FreePagesNow(txn->freed_, &unresolved);
   EndTransaction(txn);
   NoteAnnotation(annotation);
   lss_->Commit(r);
   DEUTERON_KILL_POINT(kDcSmoAfterCommit);
+  SubtractUnresolved(unresolved);
   txn_commits_.fetch_add(1, std::memory_order_relaxed);
   flushes_.fetch_add(plans.size(), std::memory_order_relaxed);
   flush_bytes_.fetch_add(RecordSpan(inner), std::memory_order_relaxed);
   return true;
 }
 
-void Llama::FreePagesNow(const std::vector<PageId>& pids) {
+void Llama::FreePagesNow(const std::vector<PageId>& pids,
+                         std::vector<std::pair<PageId, LssAddress>>* unresolved) {
   for (PageId p : pids) {
     // Retire the state the free replaced, not one loaded before it: a flush
     // or swap-out may CAS a new head on in between, and loading first would
     // leak that head.
     const uint64_t e = mapping_->Free(p);
+    SubtractFreed(p, e, unresolved);
     if (MappingTable::IsMemory(e)) RetireChain(MappingTable::ToPointer<PageNode>(e));
   }
 }
@@ -308,6 +332,7 @@ void Llama::EndTransaction(SystemTxn* txn) {
 
 void Llama::TAbort(SystemTxn* txn) {
   assert(!txn->finished_);
+  std::vector<std::pair<PageId, LssAddress>> unresolved;  // none: never written
   {
     // Freed and no longer private in one hold, as TAllocate made them
     // allocated and private: a PID freed first could be reused (once the
@@ -315,9 +340,10 @@ void Llama::TAbort(SystemTxn* txn) {
     // the erase below would then remove; erased first, a checkpoint could
     // record it allocated and empty.
     std::lock_guard<std::mutex> lock(att_mu_);
-    FreePagesNow(txn->allocated_);
+    FreePagesNow(txn->allocated_, &unresolved);
     for (PageId p : txn->allocated_) private_pages_.erase(p);
   }
+  SubtractUnresolved(unresolved);
   txn->finished_ = true;
   txn_aborts_.fetch_add(1, std::memory_order_relaxed);
 }

@@ -511,6 +511,26 @@ Result<RecordHeader> LogStructuredStore::Impl::ReadRecord(LssAddress address,
   return h;
 }
 
+Result<RecordHeader> LogStructuredStore::Impl::ReadRecordHeader(LssAddress address) const {
+  const uint64_t n = SegmentOf(address, segment_size_);
+  const uint64_t offset = OffsetInSegment(address, segment_size_);
+  const std::string where = Where(n, offset);
+  std::shared_ptr<Segment> seg = FindSegment(n);
+  if (seg == nullptr) {
+    return Status::NotFound(where + ": LSS segment released or never written");
+  }
+  char hdr[kRecordHeaderSize];
+  Status s = seg->file->ReadExactAt(offset, hdr, sizeof(hdr));
+  if (!s.ok()) return s.WithContext(where);
+  Result<RecordHeader> h = DecodeRecordHeader(Slice(hdr, sizeof(hdr)));
+  if (!h.ok()) return h.status().WithContext(where);
+  if (offset + kRecordHeaderSize + h->length > segment_size_) {
+    return Status::Corruption(where + ": record: payload of " + std::to_string(h->length) +
+                              " bytes runs past the segment");
+  }
+  return h;
+}
+
 Status LogStructuredStore::Impl::ReleaseSegmentsBelow(LssAddress frontier) {
   if (!recovered_.load()) return Status::InvalidArgument("LSS: release before Recover");
   // Never the segment being written, nor one a buffer not yet stable is in.
@@ -630,6 +650,9 @@ size_t LogStructuredStore::MaxReservation() const { return impl_->MaxReservation
 Result<RecordHeader> LogStructuredStore::ReadRecord(LssAddress address,
                                                     std::string* payload) const {
   return impl_->ReadRecord(address, payload);
+}
+Result<RecordHeader> LogStructuredStore::ReadRecordHeader(LssAddress address) const {
+  return impl_->ReadRecordHeader(address);
 }
 Status LogStructuredStore::ScanSegment(uint64_t segment, const RecordVisitor& visitor) const {
   return impl_->ScanSegment(segment, visitor);

@@ -138,6 +138,11 @@ class LogStructuredStore {
   // checksum. REQUIRES: the record lies below HiStable(). Corruption (naming
   // segment and offset) on a bad record, NotFound for a released segment.
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
+  // Reads only the header of the record at `address` (one small read; the
+  // checksum, which covers the payload, is not verified). For walks that
+  // need a record's links and size, not its contents (LLAMA's live bytes).
+  // REQUIRES and errors as ReadRecord.
+  Result<RecordHeader> ReadRecordHeader(LssAddress address) const;
 
   // Visits every record of a segment that is wholly below HiStable (for the
   // cleaner), transactions expanded as in Recover. Corruption on a damaged

@@ -144,6 +144,24 @@ void EncodeRecord(const RecordHeader& h, Slice payload, char* dst) {
   EncodeFixed32(dst, crc32c::Mask(crc));
 }
 
+Result<RecordHeader> DecodeRecordHeader(Slice header) {
+  if (header.size() < kRecordHeaderSize) return Status::Corruption("record: truncated header");
+  const char* p = header.data();
+  const auto type = static_cast<uint8_t>(p[4]);
+  if (!IsValidRecordType(type)) {
+    return Status::Corruption("record: unknown type " + std::to_string(type));
+  }
+  RecordHeader h;
+  h.type = static_cast<RecordType>(type);
+  h.length = DecodeFixed32(p + 8);
+  h.count = DecodeFixed32(p + 12);
+  h.pid = DecodeFixed64(p + 16);
+  h.prev = DecodeFixed64(p + 24);
+  h.annotation = DecodeFixed64(p + 32);
+  h.bound = DecodeFixed64(p + 40);
+  return h;
+}
+
 Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
   if (data.size() < kRecordHeaderSize) return Status::Corruption("record: truncated header");
   const char* p = data.data();

@@ -95,6 +95,9 @@ void EncodeRecord(const RecordHeader& h, Slice payload, char* dst);
 // Decodes the record at the front of `data`; checks type and checksum.
 // On success *payload points into data.
 Result<RecordHeader> DecodeRecord(Slice data, Slice* payload);
+// Decodes a record's header alone (kRecordHeaderSize bytes): its type is
+// checked, its checksum, which covers the payload, is not.
+Result<RecordHeader> DecodeRecordHeader(Slice header);
 
 // Segment arithmetic. REQUIRES: segment_size is a power of two >= 2 * kMinBufferSpan.
 constexpr uint64_t SegmentOf(LssAddress a, uint64_t segment_size) { return a / segment_size; }

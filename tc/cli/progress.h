@@ -9,8 +9,16 @@
 //   for (...) p.Update(done);
 //   p.Finish();
 //
-// Thread safety: a Progress is used by one thread at a time. Lines written
-// by other threads to stderr meanwhile may interleave with a live line.
+// The live line is redrawn every 100 ms (DEUTERON_PROGRESS_MS overrides it:
+// tests on a pty set it low). While a live line is up, log lines (common/logging.h, from any thread) go
+// through it: the line is erased, the log line written, the line redrawn,
+// so that a log line never runs into the live line (before issue 31's pty
+// tests, a server's log lines during its recovery replay did). Other
+// writes to the terminal meanwhile (printf) must wait for Finish.
+//
+// Thread safety: a Progress is used by one thread at a time; at most one
+// live line is up at a time (it replaces the log sink, and restores the
+// default one at Finish).
 #pragma once
 
 #include <chrono>

@@ -148,11 +148,11 @@ double CommitRate(const Snapshot& now, const Snapshot* before) {
   return t.uptime_ms > 0 ? static_cast<double>(t.commits) * 1000.0 / static_cast<double>(t.uptime_ms) : 0;
 }
 
-// On-disk LSS bytes over the bytes of the pages' nodes: the space
-// amplification while the pages are cached (an estimate: a page evicted
-// from memory counts no node bytes).
+// On-disk LSS bytes over the live bytes, what the pages' current states
+// need of the LSS (dc/llama/llama.md, "Live bytes"); 0 when the DC does not
+// report them (an older server, or a store that wrote nothing).
 double SpaceAmplification(const DcStats& d) {
-  return d.node_bytes == 0 ? 0 : static_cast<double>(d.lss_disk_bytes) / static_cast<double>(d.node_bytes);
+  return d.live_bytes == 0 ? 0 : static_cast<double>(d.lss_disk_bytes) / static_cast<double>(d.live_bytes);
 }
 
 std::string Text(const HostPort& where, const Snapshot& s, const Snapshot* before) {
@@ -214,9 +214,10 @@ std::string Text(const HostPort& where, const Snapshot& s, const Snapshot* befor
     line("cleaning", std::to_string(d.segments_cleaned) + " segments cleaned, " + std::to_string(d.pages_relocated) +
                          " pages relocated (" + FormatSize(d.bytes_relocated) + ")");
     line("lss", FormatSize(d.lss_disk_bytes) + " on disk in " + std::to_string(d.lss_segments) + " segments, " +
-                    FormatSize(d.lss_bytes_written) + " written; space amplification " +
-                    (d.node_bytes == 0 ? std::string("n/a") : Num(SpaceAmplification(d), "%.2f")) +
-                    " (on disk / cached page bytes)");
+                    FormatSize(d.lss_bytes_written) + " written, " + FormatSize(d.live_bytes) +
+                    " live; space amplification " +
+                    (d.live_bytes == 0 ? std::string("n/a") : Num(SpaceAmplification(d), "%.2f")) +
+                    " (on disk / live)");
   } else if (!s.dc_error.empty()) {
     line("dc", "did not answer: " + s.dc_error);
   }
@@ -290,6 +291,7 @@ std::string Json(const HostPort& where, const Snapshot& s, const Snapshot* befor
     f("lss_bytes_written", d.lss_bytes_written);
     f("lss_disk_bytes", d.lss_disk_bytes);
     f("lss_segments", d.lss_segments);
+    f("live_bytes", d.live_bytes);
     out += inner + ",\"space_amplification\":" + Num(SpaceAmplification(d), "%.3f") + "}";
   } else if (!s.dc_error.empty()) {
     std::string e;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -63,10 +64,21 @@ struct LogSegment {
   uint64_t stray_offset = 0;    // the first such record with the highest esl_seen
 };
 
-void WalkLogSegment(const std::string& data, uint64_t segment_size, LogSegment* seg) {
+// Progress within a segment: `walked` gets the offset reached, every
+// kWalkedStep bytes or so (a segment is 16 or 64 MiB: the live line moves
+// while one is checked, not only between them).
+constexpr uint64_t kWalkedStep = 1 << 20;
+using Walked = std::function<void(uint64_t offset)>;
+
+void WalkLogSegment(const std::string& data, uint64_t segment_size, LogSegment* seg,
+                    const Walked& walked) {
   const wal::Lsn start = wal::SegmentStart(seg->number, segment_size);
-  uint64_t off = 0;
+  uint64_t off = 0, reported = 0;
   while (off + wal::kRecordHeaderSize <= segment_size) {
+    if (off - reported >= kWalkedStep) {
+      walked(off);
+      reported = off;
+    }
     wal::RecordHeader h;
     const char* why = nullptr;
     const size_t avail = off < data.size() ? data.size() - off : 0;
@@ -89,6 +101,10 @@ void WalkLogSegment(const std::string& data, uint64_t segment_size, LogSegment* 
   // the end proves the end was durable (damage, not a torn tail).
   for (uint64_t o = seg->valid_end + wal::kRecordAlign; o + wal::kRecordHeaderSize <= data.size();
        o += wal::kRecordAlign) {
+    if (o - reported >= kWalkedStep) {
+      walked(o);
+      reported = o;
+    }
     wal::RecordHeader h;
     const wal::Parsed p = wal::ParseRecord(data.data() + o, data.size() - o, start + o, segment_size, &h, nullptr);
     if (p != wal::Parsed::kInvalid && h.esl_seen > seg->stray_esl_seen) {
@@ -167,7 +183,7 @@ void CheckLog(Env* env, const std::string& log_dir, CheckReport* report, StoreId
                       "segment file is " + std::to_string(data->size()) + " bytes, not " + std::to_string(S) +
                           " (truncated or grown)");
     }
-    WalkLogSegment(*data, S, &seg);
+    WalkLogSegment(*data, S, &seg, [&](uint64_t off) { progress.Update(S * i + off); });
     bytes += seg.valid_end;
     records += seg.records;
     segs.push_back(seg);
@@ -262,7 +278,7 @@ void CheckRecords(const LssSegment& seg, uint64_t S, llama::LssAddress base, Sli
 
 // Walks one segment's buffers; *max_stable gets the highest stable_at_seal.
 void WalkLssSegment(const std::string& data, const llama::StoreIdentity& id, LssSegment* seg,
-                    CheckReport* report, uint64_t* max_stable) {
+                    CheckReport* report, uint64_t* max_stable, const Walked& walked) {
   const uint64_t S = id.segment_size;
   Result<llama::SegmentHeader> sh = llama::DecodeSegmentHeader(Slice(data));
   if (!sh.ok()) {
@@ -302,6 +318,7 @@ void WalkLssSegment(const std::string& data, const llama::StoreIdentity& id, Lss
     *max_stable = std::max(*max_stable, h->stable_at_seal);
     ++seg->buffers;
     base = llama::NextBufferBase(base, h->used, S);
+    walked(off + llama::kBufferHeaderSize + h->used);
   }
   seg->valid_end = llama::SegmentOf(base, S) == seg->number ? base : (seg->number + 1) * S;
 }
@@ -380,7 +397,8 @@ void CheckDcFiles(Env* env, const std::string& dc_dir, CheckReport* report, Stor
       report->Problem(seg.path, 0, "unreadable: " + data.status().ToString());
       continue;
     }
-    WalkLssSegment(*data, *id, &seg, report, &max_stable);
+    WalkLssSegment(*data, *id, &seg, report, &max_stable,
+                   [&](uint64_t off) { progress.Update(read + off); });
     read += data->size();
     buffers += seg.buffers;
     records += seg.records;

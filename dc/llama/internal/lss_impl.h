@@ -141,6 +141,7 @@ class LogStructuredStore::Impl {
   LssAddress Tail() const;
   size_t MaxReservation() const { return buffer_size_ - kBufferHeaderSize; }
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
+  Result<RecordHeader> ReadRecordHeader(LssAddress address) const;
   Status ScanSegment(uint64_t segment, const RecordVisitor& visitor) const;
   Status ReleaseSegmentsBelow(LssAddress frontier);
   uint64_t LowestSegment() const;

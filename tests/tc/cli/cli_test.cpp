@@ -3,7 +3,11 @@
 // error paths common to the servers: a bad address, a missing or unusable
 // directory, a directory locked by another process, a port in use. The unit
 // parsers of tc/cli/cli_options.h are tested directly.
+#include <poll.h>
+#include <pty.h>
 #include <signal.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +20,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/logging.h"
 #include "tc/cli/cli_options.h"
 #include "tc/cli/progress.h"
 #include "tc/client/client.h"
@@ -234,6 +239,49 @@ TEST_CASE("Progress prints plain lines with rate and estimate when not on a term
   CHECK(text.find("\r") == std::string::npos);  // no live line off a terminal
 }
 
+TEST_CASE("A live progress line on a terminal: log lines go around it", "[tc][cli][progress]") {
+  int master = -1, slave = -1;
+  REQUIRE(openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
+  struct termios t = {};
+  REQUIRE(tcgetattr(slave, &t) == 0);
+  t.c_oflag &= ~static_cast<tcflag_t>(OPOST);  // the bytes as written
+  REQUIRE(tcsetattr(slave, TCSANOW, &t) == 0);
+  std::FILE* out = fdopen(slave, "w");
+  REQUIRE(out != nullptr);
+  {
+    cli::Progress p("replay", 200, cli::Progress::kBytes, out);
+    std::this_thread::sleep_for(std::chrono::milliseconds(120));  // a live draw is due
+    p.Update(100);
+    DLOG_WARN("a log line meanwhile");
+    p.Finish();
+  }
+  DLOG_WARN("a log line after");  // the default sink again: stderr, not the terminal
+  std::fclose(out);
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    struct pollfd pfd = {master, POLLIN, 0};
+    if (poll(&pfd, 1, 200) <= 0) break;
+    const ssize_t n = read(master, buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(master);
+  INFO(text);
+  const std::string live = "\r\033[Kreplay: 100 B of 200 B (50%), ";
+  const size_t draw = text.find(live);
+  REQUIRE(draw != std::string::npos);
+  // Erased, the log line on its own line, the live line drawn again.
+  const size_t log = text.find("\r\033[K", draw + 1);
+  REQUIRE(log != std::string::npos);
+  const size_t nl = text.find('\n', log);
+  REQUIRE(nl != std::string::npos);
+  CHECK(text.substr(log, nl - log).find("a log line meanwhile") != std::string::npos);
+  CHECK(text.compare(nl + 1, live.size(), live) == 0);
+  CHECK(text.find("done in ") != std::string::npos);
+  CHECK(text.find("a log line after") == std::string::npos);
+}
+
 // The value of "name": in a flat JSON object (-1 when absent).
 int64_t JsonField(const std::string& json, const std::string& name) {
   const size_t at = json.find("\"" + name + "\":");
@@ -267,11 +315,13 @@ TEST_CASE("deuteron stats --json against a running TC and DC", "[tc][cli][stats]
   CHECK(JsonField(o.output, "esl") > 0);
   CHECK(JsonField(o.output, "ops_applied") == 5);  // the DC's, inside "dc"
   CHECK(JsonField(o.output, "pages") > 0);
+  CHECK(JsonField(o.output, "live_bytes") >= 0);  // the DC's live bytes (issue 31), reported
   const Outcome text = Run({"stats", "--connect", address, "--interval", "10ms"});
   INFO(text.output);
   CHECK(text.status == 0);
   CHECK(text.output.find("commit p50") != std::string::npos);
   CHECK(text.output.find("space amplification") != std::string::npos);
+  CHECK(text.output.find(" live; space amplification ") != std::string::npos);  // over live bytes
   CHECK(server.Stop(SIGTERM) == 0);
 
   Child dc({"dc", "--dir", dir + "/d", "--listen", "127.0.0.1:0"});

@@ -39,9 +39,6 @@ namespace {
 // then the slots; all seq_cst. A writer whose slot it missed took its LSN
 // after the read, so every LSN below min(sequence + 1, slots) has been
 // applied.
-// LssOptions::buffer_count's default, which the bench keeps.
-constexpr int kRingBuffers = llama::LssOptions{}.buffer_count;
-
 class DcStore final : public KvStore {
  public:
   static constexpr uint64_t kIdle = std::numeric_limits<uint64_t>::max();
@@ -141,7 +138,9 @@ class DcStore final : public KvStore {
   // Memory outside the budget's count: the flush-buffer ring and the mapping
   // table's touched entries (8 bytes a page).
   uint64_t RssAllowance() override {
-    const uint64_t ring = uint64_t{config_.lss_buffer_bytes} * static_cast<uint64_t>(kRingBuffers);
+    // The ring the DC chose for its budget (DcOptions::flush_ring_from_budget).
+    const uint64_t ring = uint64_t{config_.lss_buffer_bytes} *
+                          static_cast<uint64_t>(dc_->TEST_llama()->lss()->options().buffer_count);
     return ring + dc_->TEST_llama()->GetStats().pages * 8;
   }
 

@@ -109,6 +109,12 @@ size_t CacheBudgetFor(size_t process_budget, const llama::LssOptions& lss) {
   return static_cast<size_t>(std::max<uint64_t>(left / 4 * 3, floor));
 }
 
+int FlushRingBuffersFor(size_t budget, const llama::LssOptions& lss) {
+  if (lss.buffer_count <= 2 || lss.buffer_size == 0) return lss.buffer_count;  // as given
+  const uint64_t fit = budget / 4 / lss.buffer_size;
+  return static_cast<int>(std::clamp<uint64_t>(fit, 2, static_cast<uint64_t>(lss.buffer_count)));
+}
+
 Dc::Dc(Env* env, std::string dir, DcOptions options)
     : env_(env),
       dir_(std::move(dir)),
@@ -120,6 +126,10 @@ Dc::Dc(Env* env, std::string dir, DcOptions options)
   options_.tree.flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
   options_.tree.purge_bound = [this] { return rssp_.load(std::memory_order_acquire); };
   options_.llama.eviction_flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
+  if (options_.flush_ring_from_budget && options_.llama.memory_budget > 0) {
+    options_.llama.lss.buffer_count =
+        FlushRingBuffersFor(options_.llama.memory_budget, options_.llama.lss);
+  }
 }
 
 Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions options) {

@@ -326,7 +326,17 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
   }
   // Before anything is applied: a refused batch changes nothing.
   if (above > 0 && backlog_.limit() != 0) {
-    RETURN_IF_ERROR(backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage()));
+    Status busy = backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage());
+    if (busy.IsBusy() && llama_->MemoryUsage() > options_.llama.memory_budget) {
+      // Refused for the cache's memory: evict (and reclaim garbage) here, with
+      // no guard held, rather than leave the caller to retry until another
+      // thread's allocation asks for an eviction (issue 34: a lone writer
+      // waited out every ESL tick this way).
+      if (Status e = llama_->EnforceBudget(); !e.ok()) return e;
+      llama_->epochs()->TryReclaim();
+      busy = backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage());
+    }
+    RETURN_IF_ERROR(busy);
   }
   ApplyResult result;
   Status s;

@@ -533,7 +533,8 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
     }
     state->chain_bytes = ChainBytesPlus(state->chain_bytes, RecordSpan(h.length));
     if (h.prev == kNullAddress || h.prev >= a) {
-      return fail(Status::Corruption(where() + ": C-delta with bad link " + std::to_string(h.prev)));
+      return fail(
+          Status::Corruption(where() + ": C-delta with bad link " + std::to_string(h.prev)));
     }
     a = h.prev;
   }

@@ -40,8 +40,9 @@
 // Hi-Stable) over the contiguous prefix (I5), then makes the slot idle.
 // Without sync_on_write, MakeStable waits for Hi-Written to pass its address,
 // then (one caller at a time, sync_mu_) reads Hi-Written, syncs every segment
-// file with writes not yet synced and moves Hi-Stable to what it read. After an error (I6) later buffers are not written, but
-// their slots still become idle so that no thread waits forever.
+// file with writes not yet synced and moves Hi-Stable to what it read; a
+// failed sync fails the store (I6). After an error later buffers are not
+// written, but their slots still become idle so that no thread waits forever.
 //
 // Segment files are created on first write, in segment order, with a synced
 // header and a synced directory entry, or renamed from the recycle pool

@@ -25,23 +25,24 @@ namespace {
 
 // The DC as the TC drives it. Every Put takes the next LSN of one shared
 // sequence (the TC's log) and is applied with the latest ESL piggy-backed. A
-// "log" thread plays the TC's log and checkpointer: every esl_period_us it
-// makes stable what was issued by its previous tick (the ESL follows the
-// writes one period behind, as a group commit would; an operation may reach
-// the DC before or after the ESL passes it), and, as the TC's checkpoints do
-// (tc/txn_manager.h), once the "log" (key + value bytes put) grew
+// "log" thread plays the TC's log: every esl_period_us it makes stable what
+// was issued by its previous tick (the ESL follows the writes one period
+// behind, as a group commit would; an operation may reach the DC before or
+// after the ESL passes it). A "checkpointer" thread plays the TC's
+// checkpoints (tc/txn_manager.h): once the "log" (key + value bytes put) grew
 // rssp_log_bytes or rssp_period_ms passed, it proposes an RSSP at the
-// applied watermark (never above ESL + 1).
+// applied watermark (never above the DC's ESL + 1). Two threads, because in
+// the TC the ESL a writer piggy-backs comes from the log and moves on while
+// a checkpoint runs; until 2026-11-26 one thread did both, and every writer
+// waited out each RSSP's FlushAll once the records above the frozen ESL
+// reached the DC's limit (Busy).
 //
 // The applied watermark: before taking an LSN a writer publishes a lower
 // bound of it (the sequence's current value + 1) in its slot, and clears the
-// slot once the Apply returned. The log thread reads the sequence first,
+// slot once the Apply returned. The checkpointer reads the sequence first,
 // then the slots; all seq_cst. A writer whose slot it missed took its LSN
 // after the read, so every LSN below min(sequence + 1, slots) has been
 // applied.
-// LssOptions::buffer_count's default, which the bench keeps.
-constexpr int kRingBuffers = llama::LssOptions{}.buffer_count;
-
 class DcStore final : public KvStore {
  public:
   static constexpr uint64_t kIdle = std::numeric_limits<uint64_t>::max();
@@ -50,6 +51,7 @@ class DcStore final : public KvStore {
       : config_(config), dc_(std::move(dc)), slots_(static_cast<size_t>(config.max_threads)) {
     for (auto& s : slots_) s.store(kIdle);
     ticker_ = std::thread([this] { Tick(); });
+    checkpointer_ = std::thread([this] { ProposeRssps(); });
   }
   ~DcStore() override {
     if (dc_ != nullptr) Close().PermitUncheckedError();  // the owner closed it on success
@@ -148,7 +150,9 @@ class DcStore final : public KvStore {
   // Memory outside the budget's count: the flush-buffer ring and the mapping
   // table's touched entries (8 bytes a page).
   uint64_t RssAllowance() override {
-    const uint64_t ring = uint64_t{config_.lss_buffer_bytes} * static_cast<uint64_t>(kRingBuffers);
+    // The ring the DC chose for its budget (DcOptions::flush_ring_from_budget).
+    const uint64_t ring = uint64_t{config_.lss_buffer_bytes} *
+                          static_cast<uint64_t>(dc_->TEST_llama()->lss()->options().buffer_count);
     return ring + dc_->TEST_llama()->GetStats().pages * 8;
   }
 
@@ -159,44 +163,62 @@ class DcStore final : public KvStore {
     }
     cv_.notify_all();
     if (ticker_.joinable()) ticker_.join();
+    if (checkpointer_.joinable()) checkpointer_.join();
     Status s = dc_ == nullptr ? Status::OK() : dc_->Close();
     dc_.reset();
     if (!tick_error_.ok()) return tick_error_;
+    if (!rssp_error_.ok()) return rssp_error_;
     return s;
   }
 
  private:
+  // The log: every tick, what was issued by the previous one becomes stable
+  // (the ESL).
   void Tick() {
-    auto last_rssp = std::chrono::steady_clock::now();
-    uint64_t log_at_rssp = 0;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::microseconds(config_.esl_period_us));
       if (stop_) break;
       const uint64_t issued = next_lsn_.load();
-      uint64_t floor = issued + 1;
-      for (auto& s : slots_) floor = std::min(floor, s.load());
       const uint64_t esl = logged_;  // what was issued one tick ago
       logged_ = issued;
       if (esl > esl_.load()) {
         esl_.store(esl);
         Status s = dc_->SetEsl(esl, 0);
         if (!s.ok() && tick_error_.ok()) tick_error_ = s;
+        if (s.ok()) dc_esl_.store(esl);
       }
-      const uint64_t rssp = std::min(floor, esl_.load() + 1);
+    }
+  }
+
+  // The TC's checkpoint trigger, on its own thread as in the TC, so that an
+  // RSSP (a FlushAll and a sync) never holds the ESL back: every millisecond
+  // it looks whether one is due and proposes the applied watermark, never
+  // above the ESL the DC was given + 1.
+  void ProposeRssps() {
+    auto last_rssp = std::chrono::steady_clock::now();
+    uint64_t log_at_rssp = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(1));
+      if (stop_) break;
       const auto now = std::chrono::steady_clock::now();
       const uint64_t log = log_bytes_.load(std::memory_order_relaxed);
       const bool due = now - last_rssp >= std::chrono::milliseconds(config_.rssp_period_ms) ||
                        log - log_at_rssp >= config_.rssp_log_bytes;
-      if (due && rssp > 1) {
-        last_rssp = now;
-        log_at_rssp = log;
-        lock.unlock();
-        Status s = dc_->ProposeRssp(rssp, 0);
-        lock.lock();
-        if (!s.ok() && tick_error_.ok()) tick_error_ = s;
-        rssp_proposals_.fetch_add(1);
-      }
+      if (!due) continue;
+      const uint64_t issued = next_lsn_.load();
+      uint64_t floor = issued + 1;
+      for (auto& s : slots_) floor = std::min(floor, s.load());
+      const uint64_t rssp = std::min(floor, dc_esl_.load() + 1);
+      if (rssp <= 1) continue;
+      last_rssp = now;
+      log_at_rssp = log;
+      lock.unlock();
+      Status s = dc_->ProposeRssp(rssp, 0);
+      lock.lock();
+      if (!s.ok() && rssp_error_.ok()) rssp_error_ = s;
+      rssp_proposals_.fetch_add(1);
     }
   }
 
@@ -204,6 +226,7 @@ class DcStore final : public KvStore {
   std::unique_ptr<dc::Dc> dc_;
   std::atomic<uint64_t> next_lsn_{0};  // LSNs issued so far
   std::atomic<uint64_t> esl_{0};
+  std::atomic<uint64_t> dc_esl_{0};  // the ESL the DC accepted (SetEsl returned)
   uint64_t logged_ = 0;  // the ticker's: LSNs issued at its previous tick
   std::vector<std::atomic<uint64_t>> slots_;
   std::atomic<uint64_t> rssp_proposals_{0};
@@ -212,7 +235,9 @@ class DcStore final : public KvStore {
   std::condition_variable cv_;
   bool stop_ = false;   // GUARDED_BY(mu_)
   Status tick_error_;   // written by the ticker, read after it joined
+  Status rssp_error_;   // written by the checkpointer, read after it joined
   std::thread ticker_;
+  std::thread checkpointer_;
 };
 
 // ---------------------------------------------------------------- Berkeley DB

@@ -110,6 +110,12 @@ size_t CacheBudgetFor(size_t process_budget, const llama::LssOptions& lss) {
   return static_cast<size_t>(std::max<uint64_t>(left / 4 * 3, floor));
 }
 
+int FlushRingBuffersFor(size_t budget, const llama::LssOptions& lss) {
+  if (lss.buffer_count <= 2 || lss.buffer_size == 0) return lss.buffer_count;  // as given
+  const uint64_t fit = budget / 4 / lss.buffer_size;
+  return static_cast<int>(std::clamp<uint64_t>(fit, 2, static_cast<uint64_t>(lss.buffer_count)));
+}
+
 Dc::Dc(Env* env, std::string dir, DcOptions options)
     : env_(env),
       dir_(std::move(dir)),
@@ -121,6 +127,10 @@ Dc::Dc(Env* env, std::string dir, DcOptions options)
   options_.tree.flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
   options_.tree.purge_bound = [this] { return rssp_.load(std::memory_order_acquire); };
   options_.llama.eviction_flush_bound = [this] { return esl_.load(std::memory_order_acquire); };
+  if (options_.flush_ring_from_budget && options_.llama.memory_budget > 0) {
+    options_.llama.lss.buffer_count =
+        FlushRingBuffersFor(options_.llama.memory_budget, options_.llama.lss);
+  }
 }
 
 Result<std::unique_ptr<Dc>> Dc::Open(Env* env, const std::string& dir, DcOptions options) {
@@ -319,7 +329,17 @@ Result<ApplyResult> Dc::Apply(std::span<const RecordOp> ops, uint64_t esl, uint6
   }
   // Before anything is applied: a refused batch changes nothing.
   if (above > 0 && backlog_.limit() != 0) {
-    RETURN_IF_ERROR(backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage()));
+    Status busy = backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage());
+    if (busy.IsBusy() && llama_->MemoryUsage() > options_.llama.memory_budget) {
+      // Refused for the cache's memory: evict (and reclaim garbage) here, with
+      // no guard held, rather than leave the caller to retry until another
+      // thread's allocation asks for an eviction (issue 34: a lone writer
+      // waited out every ESL tick this way).
+      if (Status e = llama_->EnforceBudget(); !e.ok()) return e;
+      llama_->epochs()->TryReclaim();
+      busy = backlog_.Reserve(esl_now, max_above, above, llama_->MemoryUsage());
+    }
+    RETURN_IF_ERROR(busy);
   }
   ApplyResult result;
   Status s;

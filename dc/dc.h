@@ -62,11 +62,18 @@ inline constexpr size_t kDefaultCleaningTriggerSegments = 4;
 inline constexpr size_t kDefaultCleaningTargetSegments = 2;
 
 // LLAMA's options as a DC uses them unless told otherwise: LLAMA's defaults
-// with cleaning on.
+// with cleaning on; the LSS synced only when something needs it to be
+// durable (RSSP, checkpoint, close), not after every flush buffer; and a
+// page's LSS chain kept to kDcMaxLssChain records, so that a page swapped
+// out is read back with at most that many reads (dc/dc.md, "Storage: syncs,
+// page reads and the flush ring").
+inline constexpr size_t kDcMaxLssChain = 3;
 inline llama::LlamaOptions DefaultDcLlamaOptions() {
   llama::LlamaOptions o;
   o.cleaning_trigger_segments = kDefaultCleaningTriggerSegments;
   o.cleaning_target_segments = kDefaultCleaningTargetSegments;
+  o.lss.sync_on_write = false;
+  o.max_lss_chain = kDcMaxLssChain;
   return o;
 }
 
@@ -113,7 +120,18 @@ struct DcOptions {
   uint64_t heap_purge_above = 0;
   // How often the background thread looks (at most).
   uint64_t maintenance_period_ms = 100;
+  // With a memory budget (llama.memory_budget), the flush-buffer ring gets
+  // FlushRingBuffersFor(budget) buffers instead of llama.lss.buffer_count,
+  // so that a small cache is not outweighed by its ring (issue 34: 4 x 1 MiB
+  // against a 1.9 MiB budget). false: buffer_count as given.
+  bool flush_ring_from_budget = true;
 };
+
+// The flush-buffer ring's buffer count for a cache budget of `budget` bytes:
+// as many buffers as fit in a quarter of the budget, at least 2 (the LSS's
+// least: one filling while one is written), at most lss.buffer_count. dc/dc.md,
+// "Storage: syncs, page reads and the flush ring".
+int FlushRingBuffersFor(size_t budget, const llama::LssOptions& lss);
 
 // LSNs at or above this are reserved (never a TC's): a record LSN, ESL,
 // RSSP or restart-to stable end there is InvalidArgument, so that no such

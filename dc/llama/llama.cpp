@@ -484,9 +484,9 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
   LssAddress a = address;
   bool first = true;
   while (a != kNullAddress) {
-    // A state just relocated, or flushed and not yet stable, may still sit in
-    // a flush buffer; the LSS reads only stable records.
-    if (Status s = EnsureStable(a); !s.ok()) return fail(std::move(s));
+    // A state just relocated, or flushed and not yet written, may still sit
+    // in a flush buffer; the LSS reads only written records.
+    if (Status s = EnsureWritten(a); !s.ok()) return fail(std::move(s));
     std::string payload;
     Result<RecordHeader> rh = lss_->ReadRecord(a, &payload);
     if (!rh.ok()) return fail(rh.status());
@@ -494,13 +494,14 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
     page_load_reads_.fetch_add(1, std::memory_order_relaxed);
     ++state->records;
     state->bytes += RecordSpan(h.length);
-    const std::string where = "LSS record at " + std::to_string(a);
+    // Named only on an error (every page load passes here).
+    auto where = [a] { return "LSS record at " + std::to_string(a); };
     if (h.type != RecordType::kBase && h.type != RecordType::kDelta) {
-      return fail(Status::Corruption(where + " is not a page record"));
+      return fail(Status::Corruption(where() + " is not a page record"));
     }
     if (first) {
       if (h.pid != expected) {
-        return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
+        return fail(Status::Corruption(where() + " belongs to " + PageName(h.pid) + ", not " +
                                        PageName(expected)));
       }
       pid = h.pid;
@@ -508,7 +509,7 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
       state->end = a + RecordSpan(h.length);
       first = false;
     } else if (h.pid != pid) {
-      return fail(Status::Corruption(where + " belongs to " + PageName(h.pid) + ", not " +
+      return fail(Status::Corruption(where() + " belongs to " + PageName(h.pid) + ", not " +
                                      PageName(pid)));
     }
     Decoder d{Slice(payload)};
@@ -518,11 +519,11 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
       Slice kind, bytes;
       if (!d.Varint32(&size) || !d.Varint64(&seq) || !d.Varint64(&tag) || !d.Bytes(1, &kind) ||
           !d.Bytes(size, &bytes)) {
-        return fail(d.status().WithContext(where));
+        return fail(d.status().WithContext(where()));
       }
       const auto k = static_cast<NodeKind>(kind[0]);
       if (k != NodeKind::kBase && k != NodeKind::kDelta) {
-        return fail(Status::Corruption(where + ": piece of unknown kind"));
+        return fail(Status::Corruption(where() + ": piece of unknown kind"));
       }
       PageNode* n = NewNode(k, size, tag);
       n->seq = seq;
@@ -535,7 +536,8 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
     }
     state->chain_bytes = ChainBytesPlus(state->chain_bytes, RecordSpan(h.length));
     if (h.prev == kNullAddress || h.prev >= a) {
-      return fail(Status::Corruption(where + ": C-delta with bad link " + std::to_string(h.prev)));
+      return fail(
+          Status::Corruption(where() + ": C-delta with bad link " + std::to_string(h.prev)));
     }
     a = h.prev;
   }
@@ -552,11 +554,11 @@ Result<PageNode*> Llama::LoadFromLss(PageId expected, LssAddress address, Loaded
   return nodes.front();
 }
 
-Status Llama::EnsureStable(LssAddress a) {
-  // Records never cross buffers: making the byte at `a` stable makes its
-  // whole record stable.
-  if (a < lss_->HiStable()) return Status::OK();
-  return lss_->MakeStable(a + 1);
+Status Llama::EnsureWritten(LssAddress a) {
+  // Records never cross buffers: writing the byte at `a` writes its whole
+  // record.
+  if (a < lss_->HiWritten()) return Status::OK();
+  return lss_->MakeWritten(a + 1);
 }
 
 Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
@@ -738,9 +740,11 @@ bool Llama::SwapOut(PageId pid) {
   }
   ChainInfo info;
   AnalyzeChain(head, &info);
-  // Only parts that are flushed and stable leave memory, so a page is always
-  // read back from durable records.
-  if (!info.has_flush || info.lss_head == kNullAddress || info.lss_end > lss_->HiStable()) {
+  // Only parts that are flushed and written leave memory, so a page is
+  // always read back from the segment files (written records that a crash
+  // loses before a sync are above every RSSP and checkpoint: the TC's redo
+  // and recovery rebuild what they held).
+  if (!info.has_flush || info.lss_head == kNullAddress || info.lss_end > lss_->HiWritten()) {
     return false;
   }
   if (info.unflushed.empty()) {

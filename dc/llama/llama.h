@@ -220,10 +220,10 @@ class Llama {
   // it, and a flush node on it would fail that commit.
   Result<FlushResult> Flush(PageId pid, uint64_t max_tag, uint64_t annotation);
 
-  // Swap-out (LLAMA 3.3): drops the page's flushed and stable part from memory.
+  // Swap-out (LLAMA 3.3): drops the page's flushed and written part from memory.
   // A page with nothing unflushed leaves memory entirely (its entry becomes
   // its LSS address); otherwise copies of its unflushed nodes stay over a
-  // partial-swap node. False when nothing could be dropped (no stable flush,
+  // partial-swap node. False when nothing could be dropped (no written flush,
   // already swapped, private to a system transaction) or the CAS failed.
   bool SwapOut(PageId pid);
 
@@ -459,9 +459,9 @@ class Llama {
   // chain order (newest first), linked. Corruption when a record there
   // belongs to another page.
   Result<PageNode*> LoadFromLss(PageId pid, LssAddress address, LoadedState* state);
-  // Waits until the record at `a` is stable (it may be in a flush buffer).
+  // Waits until the record at `a` is written (it may be in a flush buffer).
   // REQUIRES: the calling thread holds no LSS reservation.
-  Status EnsureStable(LssAddress a);
+  Status EnsureWritten(LssAddress a);
   // Brings a wholly or partly swapped-out page into memory.
   Result<const PageNode*> Materialize(PageId pid, uint64_t entry);
 

@@ -129,18 +129,19 @@ Status Llama::EnforceBudget() {
     if (r->outcome == FlushOutcome::kFlushed) {
       eviction_flushes_.fetch_add(1, std::memory_order_relaxed);
     }
-    // Flushed now, or flushed before but not yet stable: swap out once stable.
+    // Flushed now, or flushed before but not yet written: swap out once
+    // written (a sync is MakeStable's, for durability, not the evictor's).
     if (r->outcome == FlushOutcome::kFlushed || r->outcome == FlushOutcome::kClean) {
       flushed.push_back(pid);
     }
     if (flushed.size() >= 64) {
-      RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+      RETURN_IF_ERROR(lss_->MakeWritten(lss_->Tail()));
       for (PageId f : flushed) SwapOut(f);
       flushed.clear();
     }
   }
   if (!flushed.empty()) {
-    RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
+    RETURN_IF_ERROR(lss_->MakeWritten(lss_->Tail()));
     auto guard = epochs_->Enter();
     for (PageId f : flushed) SwapOut(f);
   }

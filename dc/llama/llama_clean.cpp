@@ -21,10 +21,12 @@ Status Llama::Checkpoint() {
   CheckpointData d;
   d.store_id = lss_->identity().store_id;
   d.sequence = checkpoint_sequence_ + 1;
-  // Every reservation below Hi-Stable has finished its CAS (its buffer was
+  // Every reservation below Hi-Written has finished its CAS (its buffer was
   // written only once its writers were done), so each state the table shows
-  // from here on is either captured below or replayed from the RSP.
-  d.rsp = lss_->HiStable();
+  // from here on is either captured below or replayed from the RSP. (Not
+  // Hi-Stable: it may lag behind when the LSS syncs only on MakeStable; the
+  // MakeStable below makes the RSP durable before the checkpoint is.)
+  d.rsp = lss_->HiWritten();
   // Every record below the RSP noted its annotation before its commit.
   d.max_annotation = MaxAnnotation();
   std::unordered_set<PageId> private_pages;
@@ -139,7 +141,7 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
           live = true;
           break;
         }
-        RETURN_IF_ERROR(EnsureStable(a));
+        RETURN_IF_ERROR(EnsureWritten(a));
         std::string payload;
         ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecord(a, &payload));
         if (h.type != RecordType::kDelta) break;
@@ -244,8 +246,8 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
         std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
     const LssAddress lo = victim * segment_size;
     const LssAddress hi = lo + segment_size;
-    // Only whole, stable segments behind the one being written.
-    if (victim >= lss_->TailSegment() || hi > lss_->HiStable()) break;
+    // Only whole, written segments behind the one being written.
+    if (victim >= lss_->TailSegment() || hi > lss_->HiWritten()) break;
     std::vector<PageId> pids;
     RETURN_IF_ERROR(lss_->ScanSegment(
         victim, [&](LssAddress, const RecordHeader& h, Slice, bool) -> Status {

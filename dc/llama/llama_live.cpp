@@ -23,7 +23,7 @@ LssAddress Llama::EntryLssHead(uint64_t e) {
 Result<uint64_t> Llama::WalkStateBytes(PageId pid, LssAddress head) {
   uint64_t bytes = 0;
   for (LssAddress a = head; a != kNullAddress;) {
-    RETURN_IF_ERROR(EnsureStable(a));
+    RETURN_IF_ERROR(EnsureWritten(a));
     ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecordHeader(a));
     const std::string where = "LSS record at " + std::to_string(a);
     if (h.type != RecordType::kBase && h.type != RecordType::kDelta) {
@@ -61,7 +61,7 @@ Result<uint64_t> Llama::RecountLiveBytes() {
     // Whole records, checksums verified: not the header walk the count
     // itself falls back on.
     for (LssAddress a = head; a != kNullAddress;) {
-      RETURN_IF_ERROR(EnsureStable(a));
+      RETURN_IF_ERROR(EnsureWritten(a));
       std::string payload;
       ASSIGN_OR_RETURN(RecordHeader h, lss_->ReadRecord(a, &payload));
       if (h.pid != pid || (h.type != RecordType::kBase && h.type != RecordType::kDelta)) {

@@ -32,13 +32,17 @@
 // only then can anyone seal it.
 //
 // I/O: the issuer (or an I/O thread) fills the buffer header, writes the
-// buffer padded to 4096 bytes with one WriteAt and syncs the segment file;
-// WriteAts to one file run concurrently, a Sync excludes them (the Env's
-// rule), and a Sync covers every write completed before it began, so
-// concurrent buffers share syncs. Completion, under mu_, records the buffer's
-// end by sequence and moves Hi-Stable over the contiguous prefix (I5), then
-// makes the slot idle. After an error (I6) later buffers are not written, but
-// their slots still become idle so that no thread waits forever.
+// buffer padded to 4096 bytes with one WriteAt and, with sync_on_write, syncs
+// the segment file; WriteAts to one file run concurrently, a Sync excludes
+// them (the Env's rule), and a Sync covers every write completed before it
+// began, so concurrent buffers share syncs. Completion, under mu_, records
+// the buffer's end by sequence and moves Hi-Written (and with sync_on_write
+// Hi-Stable) over the contiguous prefix (I5), then makes the slot idle.
+// Without sync_on_write, MakeStable waits for Hi-Written to pass its address,
+// then (one caller at a time, sync_mu_) reads Hi-Written, syncs every segment
+// file with writes not yet synced and moves Hi-Stable to what it read; a
+// failed sync fails the store (I6). After an error later buffers are not
+// written, but their slots still become idle so that no thread waits forever.
 //
 // Segment files are created on first write, in segment order, with a synced
 // header and a synced directory entry, or renamed from the recycle pool
@@ -333,9 +337,11 @@ Status LogStructuredStore::Impl::WriteBuffer(FlushBuffer& b, LssAddress base, ui
     ticket = (*seg)->writes.fetch_add(1) + 1;
   }
   DEUTERON_KILL_POINT(kDcLssBufferAfterWrite);
-  Status s = SyncSegment(seg->get(), ticket, &syncs_);
-  if (!s.ok()) return s.WithContext(where);
-  DEUTERON_KILL_POINT(kDcLssAfterSync);
+  if (options_.sync_on_write) {
+    Status s = SyncSegment(seg->get(), ticket, &syncs_);
+    if (!s.ok()) return s.WithContext(where);
+    DEUTERON_KILL_POINT(kDcLssAfterSync);
+  }
   written_bytes_.fetch_add(len, std::memory_order_relaxed);
   buffers_written_.fetch_add(1, std::memory_order_relaxed);
   return Status::OK();
@@ -361,11 +367,13 @@ void LogStructuredStore::Impl::Complete(uint32_t slot, uint32_t generation, uint
       failed_.store(true);
     }
   } else if (!failed_.load()) {
-    // I5: Hi-Stable moves over a contiguous prefix of sequences only.
+    // I5: Hi-Written (and with sync_on_write Hi-Stable) moves over a
+    // contiguous prefix of sequences only.
     done_out_of_order_[sequence] = end;
     while (!done_out_of_order_.empty() &&
            done_out_of_order_.begin()->first == next_stable_sequence_) {
-      hi_stable_.store(done_out_of_order_.begin()->second);
+      hi_written_.store(done_out_of_order_.begin()->second);
+      if (options_.sync_on_write) hi_stable_.store(done_out_of_order_.begin()->second);
       done_out_of_order_.erase(done_out_of_order_.begin());
       ++next_stable_sequence_;
     }
@@ -376,9 +384,67 @@ void LogStructuredStore::Impl::Complete(uint32_t slot, uint32_t generation, uint
 
 Status LogStructuredStore::Impl::MakeStable(LssAddress address) {
   if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeStable before Recover");
+  if (hi_stable_.load() >= address && !failed_.load()) return Status::OK();
+  RETURN_IF_ERROR(MakeWritten(address));
+  if (options_.sync_on_write) return Status::OK();  // written is synced
+  return SyncWritten(address);
+}
+
+Status LogStructuredStore::Impl::SyncWritten(LssAddress address) {
+  std::lock_guard<std::mutex> serial(sync_mu_);
+  if (failed_.load()) return FailureStatus();
+  if (hi_stable_.load() >= address) return Status::OK();  // a sync that began after ours
+  // Every buffer below `written` completed its write before this read, so
+  // the syncs below (each covering the writes completed before it began)
+  // make it durable.
+  const LssAddress written = hi_written_.load();
+  if (written <= hi_stable_.load()) return Status::OK();
+  std::vector<std::shared_ptr<Segment>> segs;
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    for (const auto& [n, seg] : segments_) segs.push_back(seg);
+  }
+  Status status;
+  for (const std::shared_ptr<Segment>& seg : segs) {
+    status = SyncSegment(seg.get(), seg->writes.load(), &syncs_);
+    if (!status.ok()) break;
+  }
+  if (status.ok()) DEUTERON_KILL_POINT(kDcLssAfterSync);
+  std::lock_guard<std::mutex> l(mu_);
+  if (!status.ok()) {
+    // What was written may not be on disk: the store is failed (I6).
+    if (!failed_.load()) {
+      failure_ = status.WithContext("LSS sync");
+      failed_.store(true);
+    }
+    cv_.notify_all();
+    return failure_;
+  }
+  if (written > hi_stable_.load()) hi_stable_.store(written);
+  cv_.notify_all();
+  return Status::OK();
+}
+
+Status LogStructuredStore::Impl::SyncAllSegments() {
+  std::vector<std::shared_ptr<Segment>> segs;
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    for (const auto& [n, seg] : segments_) segs.push_back(seg);
+  }
+  for (const std::shared_ptr<Segment>& seg : segs) {
+    std::unique_lock<std::shared_mutex> l(seg->io_mu);
+    RETURN_IF_ERROR(seg->file->Sync());
+    seg->synced = seg->writes.load();
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  return Status::OK();
+}
+
+Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
+  if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeWritten before Recover");
   for (;;) {
     if (failed_.load()) return FailureStatus();
-    if (hi_stable_.load() >= address) return Status::OK();
+    if (hi_written_.load() >= address) return Status::OK();
     const uint64_t k = current_.load(std::memory_order_acquire);
     const uint32_t slot = static_cast<uint32_t>(k % count_);
     FlushBuffer& b = ring_[slot];
@@ -389,7 +455,7 @@ Status LogStructuredStore::Impl::MakeStable(LssAddress address) {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] {
         return failed_.load() || current_.load() != k || b.state.load() != s ||
-               hi_stable_.load() >= address;
+               hi_written_.load() >= address;
       });
       continue;
     }
@@ -408,7 +474,7 @@ Status LogStructuredStore::Impl::MakeStable(LssAddress address) {
     // below min(address, base) is in buffers already sealed.
     const LssAddress target = std::min(address, base);
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return failed_.load() || hi_stable_.load() >= target; });
+    cv_.wait(l, [&] { return failed_.load() || hi_written_.load() >= target; });
     if (failed_.load()) return failure_;
     return Status::OK();
   }
@@ -486,27 +552,41 @@ Result<RecordHeader> LogStructuredStore::Impl::ReadRecord(LssAddress address,
                                                           std::string* payload) const {
   const uint64_t n = SegmentOf(address, segment_size_);
   const uint64_t offset = OffsetInSegment(address, segment_size_);
-  const std::string where = Where(n, offset);
+  // Named only on an error (a page load reads records by the thousand).
+  auto where = [&] { return Where(n, offset); };
   std::shared_ptr<Segment> seg = FindSegment(n);
   if (seg == nullptr) {
-    return Status::NotFound(where + ": LSS segment released or never written");
+    return Status::NotFound(where() + ": LSS segment released or never written");
   }
-  char hdr[kRecordHeaderSize];
-  Status s = seg->file->ReadExactAt(offset, hdr, sizeof(hdr));
-  if (!s.ok()) return s.WithContext(where);
-  const uint32_t length = DecodeFixed32(hdr + 8);
+  // One read for the header and, for a record of up to kReadAhead bytes, its
+  // payload; a second only for the rest of a bigger one.
+  constexpr uint64_t kReadAhead = 4096;
+  const uint64_t want = std::min<uint64_t>(kReadAhead, segment_size_ - offset);
+  payload->resize(want);
+  Result<size_t> got = seg->file->ReadAt(offset, payload->data(), want);
+  if (!got.ok()) return got.status().WithContext(where());
+  if (*got < kRecordHeaderSize) {
+    // Cut short: let ReadExactAt name the error as for any short read.
+    Status s = seg->file->ReadExactAt(offset, payload->data(), kRecordHeaderSize);
+    if (!s.ok()) return s.WithContext(where());
+    got = kRecordHeaderSize;
+  }
+  const uint32_t length = DecodeFixed32(payload->data() + 8);
   if (offset + kRecordHeaderSize + length > segment_size_) {
-    return Status::Corruption(where + ": record: payload of " + std::to_string(length) +
+    return Status::Corruption(where() + ": record: payload of " + std::to_string(length) +
                               " bytes runs past the segment");
   }
-  payload->resize(kRecordHeaderSize + length);
-  std::memcpy(payload->data(), hdr, sizeof(hdr));
-  s = seg->file->ReadExactAt(offset + kRecordHeaderSize, payload->data() + kRecordHeaderSize,
-                             length);
-  if (!s.ok()) return s.WithContext(where);
+  const size_t total = kRecordHeaderSize + length;
+  if (total > *got) {
+    payload->resize(total);
+    Status s = seg->file->ReadExactAt(offset + *got, payload->data() + *got, total - *got);
+    if (!s.ok()) return s.WithContext(where());
+  } else {
+    payload->resize(total);
+  }
   Slice p;
   Result<RecordHeader> h = DecodeRecord(Slice(*payload), &p);
-  if (!h.ok()) return h.status().WithContext(where);
+  if (!h.ok()) return h.status().WithContext(where());
   payload->erase(0, kRecordHeaderSize);
   return h;
 }
@@ -644,7 +724,9 @@ Result<Reservation> LogStructuredStore::Reserve(size_t bytes) { return impl_->Re
 void LogStructuredStore::Commit(const Reservation& r) { impl_->Commit(r); }
 void LogStructuredStore::Void(const Reservation& r) { impl_->Void(r); }
 Status LogStructuredStore::MakeStable(LssAddress address) { return impl_->MakeStable(address); }
+Status LogStructuredStore::MakeWritten(LssAddress address) { return impl_->MakeWritten(address); }
 LssAddress LogStructuredStore::HiStable() const { return impl_->HiStable(); }
+LssAddress LogStructuredStore::HiWritten() const { return impl_->HiWritten(); }
 LssAddress LogStructuredStore::Tail() const { return impl_->Tail(); }
 size_t LogStructuredStore::MaxReservation() const { return impl_->MaxReservation(); }
 Result<RecordHeader> LogStructuredStore::ReadRecord(LssAddress address,

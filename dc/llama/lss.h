@@ -24,13 +24,17 @@
 //  4. The buffer after a sealed one starts at NextBufferBase(base, used): the
 //     sealer computes it and publishes it with the ring's current index
 //     (release), so a thread that sees the new index sees its base.
-//  5. Hi-Stable is the end of the longest prefix of buffers, in seal order,
-//     whose writes and fdatasyncs have all completed; buffers that complete
-//     out of order do not move it until the gap closes.
+//  5. Hi-Written is the end of the longest prefix of buffers, in seal order,
+//     whose writes have all completed (readable from the segment files);
+//     buffers that complete out of order do not move it until the gap closes.
+//     Hi-Stable (<= Hi-Written) is the end of that prefix as far as it is
+//     also synced: with sync_on_write every buffer's write is followed by a
+//     sync and the two are equal; without, MakeStable syncs what is written.
 //  6. After an I/O error the store is failed: reservations, MakeStable and
 //     later writes return that error and Hi-Stable stops; reopen to recover.
 //
-// Thread safety: Reserve, Commit, Void, MakeStable, HiStable, Tail, ReadRecord,
+// Thread safety: Reserve, Commit, Void, MakeStable, MakeWritten, HiStable,
+// HiWritten, Tail, ReadRecord,
 // Read and GetStats are thread-safe. Recover must be called exactly once, after
 // Open and before any write, by one thread. ReleaseSegmentsBelow is
 // thread-safe. A thread that holds a reservation must Commit or Void it before
@@ -66,6 +70,14 @@ struct LssOptions {
   // Corruption instead of cutting it as a torn tail. 0: none recorded
   // (only the look-ahead below tells damage from a torn tail).
   LssAddress stable_floor = kNullAddress;
+  // true: every buffer's write is followed by an fdatasync of its segment
+  // file (Hi-Stable follows each write). false: buffers are written without
+  // a sync, and only MakeStable syncs (one fdatasync per segment file with
+  // unsynced writes, covering everything written so far), for an owner
+  // whose durability needs are explicit (the DC: RSSP, checkpoint, close;
+  // dc/dc.md, "When the LSS syncs"). Reads need a record written, not
+  // synced (HiWritten).
+  bool sync_on_write = true;
 };
 
 // Space in a flush buffer, owned by one caller until Commit or Void.
@@ -130,12 +142,19 @@ class LogStructuredStore {
   // Hi-Stable: every byte below the returned address is durable. It is always
   // the base of the first buffer not yet stable.
   LssAddress HiStable() const;
+  // As MakeStable, but returns once every byte below `address` is written to
+  // its segment file (readable by ReadRecord), synced or not. The same as
+  // MakeStable with sync_on_write.
+  Status MakeWritten(LssAddress address);
+  // Hi-Written: every byte below the returned address is written (>= HiStable).
+  LssAddress HiWritten() const;
   // Where the next reservation would start (a lower bound once it is read).
   LssAddress Tail() const;
   size_t MaxReservation() const;
 
   // Reads a whole record at `address` (its header and payload), verifying the
-  // checksum. REQUIRES: the record lies below HiStable(). Corruption (naming
+  // checksum, with one read of the segment file for a record of up to 4 KiB.
+  // REQUIRES: the record lies below HiWritten(). Corruption (naming
   // segment and offset) on a bad record, NotFound for a released segment.
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
   // Reads only the header of the record at `address` (one small read; the
@@ -144,9 +163,9 @@ class LogStructuredStore {
   // REQUIRES and errors as ReadRecord.
   Result<RecordHeader> ReadRecordHeader(LssAddress address) const;
 
-  // Visits every record of a segment that is wholly below HiStable (for the
+  // Visits every record of a segment that is wholly below HiWritten (for the
   // cleaner), transactions expanded as in Recover. Corruption on a damaged
-  // buffer (it was stable, so this is never a torn tail).
+  // buffer (it was written by this store, so this is never a torn tail).
   Status ScanSegment(uint64_t segment, const RecordVisitor& visitor) const;
 
   // Deletes (or keeps for recycling) every segment whose whole range lies below

@@ -82,6 +82,10 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
   }
   RETURN_IF_ERROR(LookAhead(pos, why));
   RETURN_IF_ERROR(CutTail(pos));
+  // Without sync_on_write, a process that crashed may have left buffers
+  // written but unsynced: read back as valid here, they are made durable
+  // before anything is built over them.
+  if (!options_.sync_on_write) RETURN_IF_ERROR(SyncAllSegments());
   {
     std::lock_guard<std::mutex> l(seg_mu_);
     next_to_create_ = SegmentOf(pos, segment_size_);
@@ -96,6 +100,7 @@ Status LogStructuredStore::Impl::Recover(LssAddress start, const RecordVisitor& 
     std::lock_guard<std::mutex> l(mu_);
     next_stable_sequence_ = sequence_origin_;
     hi_stable_.store(pos);
+    hi_written_.store(pos);
   }
   FlushBuffer& b = ring_[0];
   b.base.store(pos);
@@ -150,14 +155,14 @@ Status LogStructuredStore::Impl::ScanSegment(uint64_t segment, const RecordVisit
   if (seg == nullptr) {
     return Status::NotFound(Where(segment, 0) + ": LSS segment released or never written");
   }
-  const LssAddress stable = hi_stable_.load();
+  const LssAddress written = hi_written_.load();
   LssAddress pos = FirstBufferBase(segment, segment_size_);
   std::string records;
   std::string why;
-  while (SegmentOf(pos, segment_size_) == segment && pos < stable) {
+  while (SegmentOf(pos, segment_size_) == segment && pos < written) {
     BufferHeader h;
     ASSIGN_OR_RETURN(bool valid, ReadBuffer(seg.get(), pos, &h, &records, &why));
-    if (!valid) return Status::Corruption(WhereA(pos) + ": stable buffer invalid: " + why);
+    if (!valid) return Status::Corruption(WhereA(pos) + ": written buffer invalid: " + why);
     RETURN_IF_ERROR(VisitBuffer(pos, records, visitor));
     pos = NextBufferBase(pos, h.used, segment_size_);
   }

@@ -137,7 +137,9 @@ class LogStructuredStore::Impl {
   void Commit(const Reservation& r);
   void Void(const Reservation& r);
   Status MakeStable(LssAddress address);
+  Status MakeWritten(LssAddress address);
   LssAddress HiStable() const { return hi_stable_.load(); }
+  LssAddress HiWritten() const { return hi_written_.load(); }
   LssAddress Tail() const;
   size_t MaxReservation() const { return buffer_size_ - kBufferHeaderSize; }
   Result<RecordHeader> ReadRecord(LssAddress address, std::string* payload) const;
@@ -216,6 +218,13 @@ class LogStructuredStore::Impl {
   Result<std::shared_ptr<Segment>> CreateSegmentLocked(uint64_t n);
   std::shared_ptr<Segment> FindSegment(uint64_t n) const;
   static Status SyncSegment(Segment* seg, uint64_t ticket, std::atomic<uint64_t>* syncs);
+  // Without sync_on_write: syncs every segment file with unsynced writes and
+  // moves Hi-Stable to the Hi-Written it read before (MakeStable's second
+  // half). Fails the store on a sync error.
+  Status SyncWritten(LssAddress address);
+  // Every held segment file with unsynced writes synced (Recover, without
+  // sync_on_write: what a crashed process wrote may be unsynced).
+  Status SyncAllSegments();
 
   // Recovery pieces.
   // Reads the buffer at `pos` of `seg`: true if it is valid (*h and *records
@@ -246,13 +255,15 @@ class LogStructuredStore::Impl {
   std::atomic<bool> recovered_{false};
   uint64_t sequence_origin_ = 1;       // sequence of ring index 0; set by Recover
 
-  // Completion path: Hi-Stable, the failure, and every wait.
+  // Completion path: Hi-Written, Hi-Stable, the failure, and every wait.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Status failure_;                      // GUARDED_BY(mu_)
   std::atomic<bool> failed_{false};     // set under mu_ together with failure_
-  std::atomic<LssAddress> hi_stable_{kNullAddress};
-  uint64_t next_stable_sequence_ = 1;   // GUARDED_BY(mu_)
+  std::atomic<LssAddress> hi_stable_{kNullAddress};   // stored under mu_
+  std::atomic<LssAddress> hi_written_{kNullAddress};  // stored under mu_
+  uint64_t next_stable_sequence_ = 1;   // GUARDED_BY(mu_): next sequence to be written
+  std::mutex sync_mu_;                  // one SyncWritten at a time (before mu_)
   std::map<uint64_t, LssAddress> done_out_of_order_;  // GUARDED_BY(mu_): sequence -> end
 
   // Segment files.

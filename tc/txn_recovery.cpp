@@ -125,6 +125,7 @@ bool TxnManager::DcLost(const Status& s) {
     case Code::kIOError:           // a reply that could not be read (remote)
     case Code::kShuttingDown:      // the DC is closing: it comes back as a new process
     case Code::kStaleIncarnation:  // someone else restarted the DC
+    case Code::kNoSpace:           // the DC's disk is full: it may get space back
       return true;
     default:
       return false;

@@ -4,8 +4,10 @@
 // a log failure leaves the commit in doubt, and recovery makes it wholly
 // present or wholly absent.
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -24,8 +26,14 @@ class FlakyDc final : public DataComponent {
  public:
   explicit FlakyDc(DataComponent* dc) : dc_(dc) {}
   std::atomic<bool> fail_apply{false};
+  // Apply answers Unavailable (the DC went away) while `away`; RestartTo
+  // answers NoSpace (the DC's disk is full) `restart_no_space` times.
+  std::atomic<bool> away{false};
+  std::atomic<int> restart_no_space{0};
+  std::atomic<int> restarts{0};
   Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t inc) override {
     if (fail_apply.load()) return Status::TooLarge("injected apply failure");
+    if (away.load()) return Status::Unavailable("injected: the DC went away");
     return dc_->Apply(ops, esl, inc);
   }
   Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
@@ -35,7 +43,11 @@ class FlakyDc final : public DataComponent {
   Result<ScanResult> Scan(const ScanRequest& r) override { return dc_->Scan(r); }
   Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
   Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
-  Result<DcReady> RestartTo(uint64_t end) override { return dc_->RestartTo(end); }
+  Result<DcReady> RestartTo(uint64_t end) override {
+    restarts.fetch_add(1);
+    if (restart_no_space.fetch_sub(1) > 0) return Status::NoSpace("injected: the DC's disk is full");
+    return dc_->RestartTo(end);
+  }
   Result<DcStats> GetStats() override { return dc_->GetStats(); }
   Result<DcHealth> Health() override { return dc_->Health(); }
 
@@ -155,6 +167,37 @@ TEST_CASE("txn: a log failure leaves the commit in doubt, recovery decides wholl
     CHECK(b.status().IsNotFound());
   }
   REQUIRE(r->Commit().ok());
+}
+
+// A DC whose disk is full answers the TC's restart-to with NoSpace: that DC
+// is lost for now (it may get space back), not refused for good, so the TC
+// keeps retrying its recovery rounds and serves again once the DC takes it.
+// Before, the TC failed itself at the first NoSpace (found by the crash
+// harness's enospc and rpc faults).
+TEST_CASE("txn: a DC recovery refused with NoSpace is retried until the DC takes it",
+          "[tc][txn][failure]") {
+  Store st;
+  st.Open();
+  REQUIRE(Put1(*st.tm, "a", "1").ok());
+  st.flaky->restart_no_space = 3;
+  st.flaky->away = true;
+  // Its record is durable: committed, though the apply found the DC gone.
+  Status s = Put1(*st.tm, "a", "2");
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  st.flaky->away = false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!st.tm->health().ok() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  INFO(st.tm->health().ToString());
+  REQUIRE(st.tm->health().ok());
+  CHECK(st.flaky->restarts.load() >= 4);
+  auto t = st.tm->Begin();
+  Result<std::string> a = t->Get("a");
+  REQUIRE(a.ok());
+  CHECK(*a == "2");
+  REQUIRE(t->Commit().ok());
 }
 
 }  // namespace deuteron::test

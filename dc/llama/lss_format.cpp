@@ -163,20 +163,8 @@ Result<RecordHeader> DecodeRecordHeader(Slice header) {
 }
 
 Result<RecordHeader> DecodeRecord(Slice data, Slice* payload) {
-  if (data.size() < kRecordHeaderSize) return Status::Corruption("record: truncated header");
+  ASSIGN_OR_RETURN(RecordHeader h, DecodeRecordHeader(data));
   const char* p = data.data();
-  RecordHeader h;
-  const auto type = static_cast<uint8_t>(p[4]);
-  if (!IsValidRecordType(type)) {
-    return Status::Corruption("record: unknown type " + std::to_string(type));
-  }
-  h.type = static_cast<RecordType>(type);
-  h.length = DecodeFixed32(p + 8);
-  h.count = DecodeFixed32(p + 12);
-  h.pid = DecodeFixed64(p + 16);
-  h.prev = DecodeFixed64(p + 24);
-  h.annotation = DecodeFixed64(p + 32);
-  h.bound = DecodeFixed64(p + 40);
   if (data.size() - kRecordHeaderSize < h.length) {
     return Status::Corruption("record: payload of " + std::to_string(h.length) +
                               " bytes runs past its buffer");

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "common/json.h"
+
 namespace deuteron {
 
 namespace internal {
@@ -121,27 +123,6 @@ T* GetOrCreate(std::map<std::string, std::unique_ptr<T>, std::less<>>* metrics,
     it = metrics->emplace(std::string(name), std::make_unique<T>()).first;
   }
   return it->second.get();
-}
-
-// `s` as a JSON string literal, quotes included.
-void AppendJsonString(std::string* out, std::string_view s) {
-  out->push_back('"');
-  for (const char c : s) {
-    switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          fmt::format_to(std::back_inserter(*out), "\\u{:04x}", static_cast<unsigned>(c));
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-  out->push_back('"');
 }
 
 }  // namespace

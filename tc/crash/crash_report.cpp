@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/json.h"
+
 namespace deuteron::crash {
 
 double Percentile(std::vector<double> values, double p) {
@@ -12,29 +14,6 @@ double Percentile(std::vector<double> values, double p) {
   const double rank = std::ceil(p * static_cast<double>(values.size()));
   const size_t i = rank < 1 ? 0 : std::min(values.size() - 1, static_cast<size_t>(rank) - 1);
   return values[i];
-}
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
 }
 
 std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {

@@ -47,7 +47,4 @@ struct CrashReport {
 // The p-quantile (0..1, nearest rank) of `values`; 0 when empty.
 double Percentile(std::vector<double> values, double p);
 
-// `s` as a JSON string literal (quoted, escaped).
-std::string JsonString(const std::string& s);
-
 }  // namespace deuteron::crash

@@ -10,6 +10,8 @@
 #include <utility>
 #include <variant>
 
+#include "common/json.h"
+
 namespace deuteron::crash {
 
 HistoryOp HistoryOp::Append(std::string key, uint64_t value) {
@@ -56,24 +58,6 @@ size_t History::size() const {
 }
 
 namespace {
-
-void AppendJsonString(std::string* out, std::string_view s) {
-  out->push_back('"');
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", u);
-      out->append(buf);
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
 
 // A small JSON reader for the history's lines: objects, arrays, strings,
 // integers, null, true and false (no fractions: the format has none).

@@ -27,6 +27,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "common/json.h"
+
 namespace deuteron::crash {
 
 size_t IsolationReport::count(std::string_view kind) const {
@@ -538,21 +540,6 @@ class Checker {
   std::vector<Edge> edges_;        // until FindCycles takes them
   std::vector<uint32_t> offsets_;
 };
-
-void AppendJsonString(std::string* out, std::string_view s) {
-  out->push_back('"');
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out->push_back(' ');
-    } else {
-      out->push_back(c);
-    }
-  }
-  out->push_back('"');
-}
 
 }  // namespace
 

@@ -16,6 +16,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "common/json.h"
+
 namespace deuteron::bench {
 namespace {
 
@@ -121,24 +123,6 @@ std::vector<std::string> SplitCommas(std::string_view s) {
     if (comma > start) out.emplace_back(s.substr(start, comma - start));
     start = comma + 1;
   }
-  return out;
-}
-
-// JSON string literal for `s` (quotes, backslashes and control characters
-// escaped).
-std::string JsonString(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
   return out;
 }
 

@@ -57,6 +57,9 @@ inline std::string TempDir() {
   return tmpl;
 }
 
+// "127.0.0.1:PORT": where the child processes listen and are reached.
+inline std::string LoopbackAddress(uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
+
 // The port in a command's first line, "... serving DIR on HOST:PORT ...".
 inline uint16_t ServingPort(const std::string& line) {
   INFO("first line: " << line);

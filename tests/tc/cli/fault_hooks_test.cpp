@@ -72,14 +72,12 @@ uint64_t NumberAfter(const std::string& text, const std::string& line_has,
   return std::stoull(text.substr(at + label.size()));
 }
 
-std::string Address(uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
-
 // Commits key<i> = v<i>, one transaction each, until one fails or `max`
 // are done. Returns the number acknowledged; *error: the failure.
 int CommitUntilFailure(uint16_t port, int max, Status* error) {
   client::RemoteOptions o;
   o.connect_timeout_ms = 2000;
-  auto c = client::Client::Connect(Address(port), o);
+  auto c = client::Client::Connect(test::LoopbackAddress(port), o);
   REQUIRE(c.ok());
   for (int i = 0; i < max; ++i) {
     auto t = (*c)->Begin();
@@ -99,7 +97,7 @@ int MissingCommits(const std::string& dir, int n) {
   Child child({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, /*merge_stderr=*/true);
   std::string seen;
   const uint16_t port = ServingPortOf(&child, &seen);
-  auto c = client::Client::Connect(Address(port));
+  auto c = client::Client::Connect(test::LoopbackAddress(port));
   REQUIRE(c.ok());
   auto t = (*c)->Begin();
   REQUIRE(t.ok());
@@ -347,7 +345,7 @@ namespace {
 void SweepWorkload(uint16_t port, int keys, std::map<std::string, std::string>* acked) {
   client::RemoteOptions o;
   o.connect_timeout_ms = 2000;
-  auto c = client::Client::Connect(Address(port), o);
+  auto c = client::Client::Connect(test::LoopbackAddress(port), o);
   if (!c.ok()) return;
   const std::string value(300, 'x');
   for (int pass = 0; pass < 2; ++pass) {
@@ -432,7 +430,7 @@ TEST_CASE("fault hooks: every kill point, then recovery keeps the acknowledged c
     Child again({"serve", "--dir", dir, "--listen", "127.0.0.1:0"}, true);
     std::string seen;
     const uint16_t p2 = ServingPortOf(&again, &seen);
-    auto c = client::Client::Connect(Address(p2));
+    auto c = client::Client::Connect(test::LoopbackAddress(p2));
     REQUIRE(c.ok());
     auto t = (*c)->Begin();
     REQUIRE(t.ok());

@@ -11,13 +11,9 @@
 //  - every fault kind happened.
 #include <signal.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,224 +24,45 @@
 #include "tc/client/client.h"
 #include "tc/crash/proxy/rpc_proxy.h"
 #include "tests/tc/cli/cli_util.h"
+#include "tests/tc/cli/marked_transfers.h"
 
 namespace deuteron::test {
 namespace {
 
-constexpr int kAccounts = 16;
-constexpr int kInitialBalance = 1000;
-constexpr int kClients = 4;
-
-std::string Account(int i) { return "acct/" + std::to_string(100 + i); }
-std::string Marker(int client, int n) {
-  return "xfer/" + std::to_string(client) + "/" + std::to_string(n);
+// A `deuteron dc` child serving `dir` on any free port, and that port.
+std::unique_ptr<Child> StartDcChild(const std::string& dir, uint16_t* port) {
+  auto dc = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dir, "--listen", LoopbackAddress(0)});
+  *port = ServingPort(dc->ReadLine());
+  return dc;
 }
-std::string Address(uint16_t port) { return "127.0.0.1:" + std::to_string(port); }
 
-// Per client: the transfers it numbered, and what became of them.
-struct Record {
-  int next = 0;
-  std::set<int> acked;       // Commit returned OK
-  std::set<int> in_doubt;    // Commit failed: may have committed
-  std::vector<std::string> markers;
-  int acked_since_mark = 0;
+// A `deuteron tc` child serving `dir` against the DC at `dc_port` on any
+// free port, and that port.
+std::unique_ptr<Child> StartTcChild(const std::string& dir, uint16_t dc_port, uint16_t* port) {
+  auto tc = std::make_unique<Child>(std::vector<std::string>{
+      "tc", "--dir", dir, "--dc", LoopbackAddress(dc_port), "--listen", LoopbackAddress(0)});
+  *port = ServingPort(tc->ReadLine());
+  return tc;
+}
+
+// A DC, the proxy in front of it (no faults yet), and a TC pointed at the
+// proxy, with the bank loaded through it.
+struct ProxiedSplit {
+  ProxiedSplit(const std::string& dc_dir, const std::string& tc_dir) {
+    dc = StartDcChild(dc_dir, &dc_port);
+    auto p = crash::RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", dc_port, crash::ProxyFaults{});
+    REQUIRE(p.ok());
+    proxy = std::move(p).value();
+    tc = StartTcChild(tc_dir, proxy->port(), &tc_port);
+    InitializeBank(tc_port);
+  }
+
+  std::unique_ptr<Child> dc;
+  uint16_t dc_port = 0;
+  std::unique_ptr<crash::RpcProxy> proxy;
+  std::unique_ptr<Child> tc;
+  uint16_t tc_port = 0;
 };
-
-// Clients making transfers until Stop; errors tallied by code.
-class Transfers {
- public:
-  Transfers(uint16_t tc_port, uint64_t seed) : tc_port_(tc_port), seed_(seed), records_(kClients) {}
-  ~Transfers() { Stop(); }
-
-  void Start() {
-    for (int c = 0; c < kClients; ++c) threads_.emplace_back([this, c] { Run(c); });
-  }
-  void Stop() {
-    stop_ = true;
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
-  }
-  // Counts acknowledgements from now on, for WaitForProgress.
-  void ResetProgress() {
-    std::lock_guard<std::mutex> l(mu_);
-    for (Record& r : records_) r.acked_since_mark = 0;
-  }
-  // Waits until every client has had n transfers acknowledged since the
-  // last such wait (false after `timeout`).
-  bool WaitForProgress(int n, std::chrono::seconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        bool all = true;
-        for (const Record& r : records_) all = all && r.acked_since_mark >= n;
-        if (all) {
-          for (Record& r : records_) r.acked_since_mark = 0;
-          return true;
-        }
-      }
-      if (std::chrono::steady_clock::now() >= until) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  const std::vector<Record>& records() const { return records_; }
-  // "Code: count" for every error seen, for messages.
-  std::string Errors() {
-    std::lock_guard<std::mutex> l(mu_);
-    std::string s;
-    for (const auto& [code, n] : errors_) s += std::string(CodeName(code)) + ": " + std::to_string(n) + "; ";
-    return s + "last other: " + last_other_;
-  }
-  int other_errors() const { return other_errors_.load(); }
-
- private:
-  void Note(const Status& s) {
-    if (s.ok()) return;
-    std::lock_guard<std::mutex> l(mu_);
-    ++errors_[s.code()];
-    if (!client::IsRetryable(s)) {
-      ++other_errors_;
-      last_other_ = s.ToString();
-    }
-  }
-
-  void Run(int c) {
-    Random64 rng(seed_ + static_cast<uint64_t>(c));
-    std::unique_ptr<client::Client> client;
-    while (!stop_.load()) {
-      if (client == nullptr) {
-        client::RemoteOptions o;
-        o.connect_timeout_ms = 500;
-        auto cl = client::Client::Connect(Address(tc_port_), o);
-        if (!cl.ok()) {
-          Note(cl.status());
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-          continue;
-        }
-        client = std::move(cl).value();
-      }
-      auto t = client->Begin();
-      if (!t.ok()) {
-        Note(t.status());
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        continue;
-      }
-      const int a = static_cast<int>(rng.Uniform(kAccounts));
-      const int b = (a + 1 + static_cast<int>(rng.Uniform(kAccounts - 1))) % kAccounts;
-      auto va = (*t)->Get(Account(a));
-      if (!va.ok()) {
-        Note(va.status());
-        continue;
-      }
-      auto vb = (*t)->Get(Account(b));
-      if (!vb.ok()) {
-        Note(vb.status());
-        continue;
-      }
-      int n = 0;
-      std::string marker = std::to_string(a) + ">" + std::to_string(b) + "@" + *va + "," + *vb;
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        Record& r = records_[static_cast<size_t>(c)];
-        n = r.next++;
-        r.markers.push_back(marker);
-      }
-      Status s = (*t)->Put(Account(a), std::to_string(std::stoi(*va) - 1));
-      if (s.ok()) s = (*t)->Put(Account(b), std::to_string(std::stoi(*vb) + 1));
-      if (s.ok()) s = (*t)->Put(Marker(c, n), marker);
-      if (!s.ok()) {  // no commit was asked for: nothing of n may be there
-        Note(s);
-        continue;
-      }
-      s = (*t)->Commit();
-      Note(s);
-      {
-        std::lock_guard<std::mutex> l(mu_);
-        Record& r = records_[static_cast<size_t>(c)];
-        if (s.ok()) {
-          r.acked.insert(n);
-          ++r.acked_since_mark;
-        } else {
-          r.in_doubt.insert(n);
-        }
-      }
-      t->reset();
-      if (s.IsUnavailable()) client.reset();
-    }
-  }
-
-  const uint16_t tc_port_;
-  const uint64_t seed_;
-  std::vector<Record> records_;  // GUARDED_BY(mu_) while running
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> other_errors_{0};
-  std::mutex mu_;
-  std::map<Code, int> errors_;
-  std::string last_other_;
-};
-
-void Initialize(uint16_t tc_port) {
-  auto c = client::Client::Connect(Address(tc_port));
-  REQUIRE(c.ok());
-  const Status s = (*c)->Run([](client::Transaction& t) -> Status {
-    for (int i = 0; i < kAccounts; ++i) RETURN_IF_ERROR(t.Put(Account(i), std::to_string(kInitialBalance)));
-    return Status::OK();
-  });
-  INFO(s.ToString());
-  REQUIRE(s.ok());
-  REQUIRE((*c)->Close().ok());
-}
-
-// Every acknowledged transfer is there with its marker, none that was never
-// committed is, and the balances sum to the start's.
-void Verify(uint16_t tc_port, const std::vector<Record>& records) {
-  auto c = client::Client::Connect(Address(tc_port));
-  REQUIRE(c.ok());
-  size_t acked = 0, doubtful_present = 0, doubtful = 0;
-  const Status s = (*c)->Run([&](client::Transaction& t) -> Status {
-    acked = doubtful_present = doubtful = 0;
-    long total = 0;
-    for (int i = 0; i < kAccounts; ++i) {
-      auto v = t.Get(Account(i));
-      if (!v.ok()) return v.status();
-      CHECK(std::stol(*v) >= 0);
-      total += std::stol(*v);
-    }
-    CHECK(total == long{kAccounts} * kInitialBalance);
-    for (int cl = 0; cl < kClients; ++cl) {
-      const Record& r = records[static_cast<size_t>(cl)];
-      for (int n = 0; n < r.next; ++n) {
-        auto v = t.Get(Marker(cl, n));
-        if (!v.ok() && !v.status().IsNotFound()) return v.status();
-        const bool present = v.ok();
-        const bool was_acked = r.acked.count(n) != 0;
-        const bool in_doubt = r.in_doubt.count(n) != 0;
-        INFO("client " << cl << " transfer " << n << " acked " << was_acked << " in doubt " << in_doubt);
-        if (was_acked) {
-          ++acked;
-          CHECK(present);
-        }
-        if (!was_acked && !in_doubt) CHECK_FALSE(present);
-        if (in_doubt) ++doubtful;
-        if (present) {
-          CHECK(*v == r.markers[static_cast<size_t>(n)]);
-          if (in_doubt) ++doubtful_present;
-        }
-      }
-    }
-    return Status::OK();
-  });
-  INFO("verify: " << s.ToString());
-  REQUIRE(s.ok());
-  UNSCOPED_INFO("acknowledged " << acked << ", in doubt " << doubtful << " (present " << doubtful_present << ")");
-  CHECK(acked > 0);
-  REQUIRE((*c)->Close().ok());
-}
-
-}  // namespace
-
-namespace {
 
 // Waits until the proxy has forwarded `frames` frames and made a few of each
 // kind f asks for, or frames / 10 seconds passed.
@@ -271,28 +88,21 @@ void RunUnderFaults(uint64_t frames, crash::ProxyFaults f, bool move_dc = false)
   const uint64_t seed = TestSeed();
   INFO("seed " << seed);
   const std::string dc_dir = TempDir(), tc_dir = TempDir();
-  auto dc = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc_dir, "--listen", Address(0)});
-  const uint16_t dc_port = ServingPort(dc->ReadLine());
-  auto proxy_or = crash::RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", dc_port, crash::ProxyFaults{});
-  REQUIRE(proxy_or.ok());
-  std::unique_ptr<crash::RpcProxy> proxy = std::move(proxy_or).value();
-  auto tc = std::make_unique<Child>(std::vector<std::string>{
-      "tc", "--dir", tc_dir, "--dc", Address(proxy->port()), "--listen", Address(0)});
-  const uint16_t tc_port = ServingPort(tc->ReadLine());
-  Initialize(tc_port);
+  ProxiedSplit s(dc_dir, tc_dir);
+  crash::RpcProxy* const proxy = s.proxy.get();
 
   f.seed = seed;
   proxy->SetFaults(f);
-  Transfers load(tc_port, seed);
-  load.Start();
+  MarkedTransfers load(seed, /*connect_timeout_ms=*/500);
+  load.Start(s.tc_port);
   // A fair run under faults: enough frames that every kind happens a few
   // times; gives up (and fails below) after frames / 10 seconds.
   if (move_dc) {
     WaitForFrames(*proxy, frames / 2, f);
-    CHECK(dc->Stop(SIGKILL) == -1);
-    dc = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc_dir, "--listen", Address(0)});
-    const uint16_t new_port = ServingPort(dc->ReadLine());
-    CHECK(new_port != dc_port);
+    CHECK(s.dc->Stop(SIGKILL) == -1);
+    uint16_t new_port = 0;
+    s.dc = StartDcChild(dc_dir, &new_port);
+    CHECK(new_port != s.dc_port);
     proxy->SetTarget("127.0.0.1", new_port);
   }
   WaitForFrames(*proxy, frames, f);
@@ -310,11 +120,11 @@ void RunUnderFaults(uint64_t frames, crash::ProxyFaults f, bool move_dc = false)
   CHECK((f.drop_p == 0 || n.dropped > 0));
   CHECK((f.reset_p == 0 || n.reset > 0));
   CHECK((f.duplicate_p == 0 || n.duplicated > 0));
-  Verify(tc_port, load.records());
+  VerifyTransfers(s.tc_port, load.records());
   CHECK(load.other_errors() == 0);
-  CHECK(tc->Stop(SIGTERM) == 0);
+  CHECK(s.tc->Stop(SIGTERM) == 0);
   proxy->Stop();
-  CHECK(dc->Stop(SIGTERM) == 0);
+  CHECK(s.dc->Stop(SIGTERM) == 0);
   std::system(("rm -rf " + dc_dir + " " + tc_dir).c_str());
 }
 
@@ -375,28 +185,20 @@ TEST_CASE("rpc proxy: the DC swapped under the TC for another store's: the TC re
           "stops cleanly",
           "[crash][proxy][split]") {
   const std::string dc1_dir = TempDir(), tc1_dir = TempDir(), dc2_dir = TempDir(), tc2_dir = TempDir();
-  auto dc1 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc1_dir, "--listen", Address(0)});
-  const uint16_t dc1_port = ServingPort(dc1->ReadLine());
-  auto proxy_or = crash::RpcProxy::Start("127.0.0.1", 0, "127.0.0.1", dc1_port, crash::ProxyFaults{});
-  REQUIRE(proxy_or.ok());
-  std::unique_ptr<crash::RpcProxy> proxy = std::move(proxy_or).value();
-  auto tc1 = std::make_unique<Child>(std::vector<std::string>{
-      "tc", "--dir", tc1_dir, "--dc", Address(proxy->port()), "--listen", Address(0)});
-  const uint16_t tc1_port = ServingPort(tc1->ReadLine());
-  Initialize(tc1_port);
+  ProxiedSplit s(dc1_dir, tc1_dir);
   // A second store: its DC adopts its own TC's store id.
-  auto dc2 = std::make_unique<Child>(std::vector<std::string>{"dc", "--dir", dc2_dir, "--listen", Address(0)});
-  const uint16_t dc2_port = ServingPort(dc2->ReadLine());
+  uint16_t dc2_port = 0, tc2_port = 0;
+  std::unique_ptr<Child> dc2 = StartDcChild(dc2_dir, &dc2_port);
   {
-    Child tc2(std::vector<std::string>{"tc", "--dir", tc2_dir, "--dc", Address(dc2_port), "--listen", Address(0)});
-    Initialize(ServingPort(tc2.ReadLine()));
-    CHECK(tc2.Stop(SIGTERM) == 0);
+    std::unique_ptr<Child> tc2 = StartTcChild(tc2_dir, dc2_port, &tc2_port);
+    InitializeBank(tc2_port);
+    CHECK(tc2->Stop(SIGTERM) == 0);
   }
-  proxy->SetTarget("127.0.0.1", dc2_port);
-  CHECK(dc1->Stop(SIGKILL) == -1);
+  s.proxy->SetTarget("127.0.0.1", dc2_port);
+  CHECK(s.dc->Stop(SIGKILL) == -1);
   // The TC finds its DC gone, and the one it reaches now belongs to another
   // store: it refuses it for good (STORE_MISMATCH), and says so to clients.
-  auto c = client::Client::Connect(Address(tc1_port));
+  auto c = client::Client::Connect(LoopbackAddress(s.tc_port));
   REQUIRE(c.ok());
   Status last;
   for (int i = 0; i < 600; ++i) {  // up to 30 s
@@ -409,9 +211,9 @@ TEST_CASE("rpc proxy: the DC swapped under the TC for another store's: the TC re
   CHECK(RefusedForStore(last));
   REQUIRE((*c)->Close().ok());
   // A failed TC still shuts down: its close reports the failure (status 1).
-  CHECK(tc1->Stop(SIGTERM) == 1);
+  CHECK(s.tc->Stop(SIGTERM) == 1);
   CHECK(dc2->Stop(SIGTERM) == 0);
-  proxy->Stop();
+  s.proxy->Stop();
   std::system(("rm -rf " + dc1_dir + " " + tc1_dir + " " + dc2_dir + " " + tc2_dir).c_str());
 }
 

@@ -16,8 +16,6 @@
 //
 // Built only by scripts/fuzz (clang, -fsanitize=fuzzer).
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,10 +23,10 @@
 
 #include "DataComponentService.h"
 #include "common/env.h"
-#include "common/logging.h"
 #include "dc/dc.h"
 #include "dc/dc_server.h"
 #include "tests/fuzz/fuzz_client.h"
+#include "tests/fuzz/fuzz_dc_options.h"
 
 namespace {
 
@@ -39,48 +37,23 @@ using deuteron::Result;
 using deuteron::Status;
 
 dc::DcOptions DcOptions() {
-  dc::DcOptions o;
-  o.llama.lss.segment_size = 128 << 10;
-  o.llama.lss.buffer_size = 64 << 10;
-  o.llama.lss.buffer_count = 2;
-  o.llama.lss.io_threads = 0;
-  o.llama.lss.recycle_pool = 0;
-  o.llama.mapping.max_pages = 1 << 12;
+  dc::DcOptions o = fuzz::SmallDcOptions();
   o.llama.memory_budget = 4 << 20;
-  o.tree.limits.max_key_size = 256;
-  o.tree.limits.max_value_size = 4096;
-  o.tree.leaf_max_records = 8;
-  o.tree.inner_max_entries = 6;
-  o.tree.leaf_delta_threshold = 4;
-  o.tree.inner_delta_threshold = 2;
-  o.tree.leaf_merge_records = 2;
-  o.tree.node_max_bytes = 8 << 10;
   o.max_batch_ops = 4096;
   o.max_batch_bytes = 4 << 20;
   o.max_scan_items = 1000;
   o.max_multiget_keys = 1024;
-  o.checkpoint_interval_bytes = 0;
-  o.checkpoint_interval_ms = 0;
   return o;
 }
 
 dc::DcServerOptions ServerOptions() {
   dc::DcServerOptions o;
-  o.io_threads = 1;
+  fuzz::SetServerLimits(&o);
   o.worker_threads = 1;
-  o.max_frame_size = 1 << 20;
-  o.request_memory_limit = 8 << 20;
   o.string_limit = 256 << 10;
-  o.container_limit = 4096;
   o.max_multiget_keys = 1024;
-  o.frame_deadline = std::chrono::seconds(10);
-  o.idle_timeout = std::chrono::seconds(30);
   o.name = "fuzz DC server";
   return o;
-}
-
-std::string Sentinel() {
-  return fuzz::Frame(fuzz::CallPayload("health", fuzz::kSentinelSeqid, proto::DataComponentService_health_args()));
 }
 
 proto::RecordOp Op(proto::RecordOpKind::type kind, const std::string& key, const std::string& value,
@@ -179,29 +152,19 @@ std::vector<std::pair<std::string, std::string>> Seeds() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  deuteron::SetLogLevel(deuteron::LogLevel::kError);
-  if (const char* dir = std::getenv("DEUTERON_FUZZ_WRITE_SEEDS")) {
-    for (const auto& [name, seed] : Seeds()) {
-      FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "wb");
-      if (f == nullptr || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size()) fuzz::Die("write seed");
-      std::fclose(f);
-    }
-    std::exit(0);
-  }
+  fuzz::InitializeRequestFuzzer(Seeds);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string sentinel = Sentinel();
-  const std::vector<std::string_view> requests = fuzz::SplitRequests(data, size);
+  static const std::string sentinel =
+      fuzz::SentinelFrame("health", proto::DataComponentService_health_args());
   std::unique_ptr<deuteron::Env> env = deuteron::NewMemEnv();
   Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), "/dc", DcOptions());
   if (!d.ok()) fuzz::Die("open the DC: " + d.status().ToString());
   {
     dc::DcServer server(d->get(), ServerOptions());
-    if (!server.Start().ok()) fuzz::Die("start the DC server");
-    fuzz::RoundTrip(server.port(), requests, sentinel, "health");
-    server.Stop();
+    fuzz::ServeInput(server, data, size, sentinel, "health");
   }
   // Whatever the calls did, the DC closes: flushes and checkpoints.
   const Status closed = (*d)->Close();

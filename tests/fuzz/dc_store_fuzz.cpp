@@ -36,6 +36,7 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "dc/dc.h"
+#include "tests/fuzz/fuzz_dc_options.h"
 
 namespace {
 
@@ -61,27 +62,6 @@ void Check(const Status& s, const char* what) {
 template <typename T>
 void Ignore(const T& r) {
   (void)r.ok();
-}
-
-dc::DcOptions Options() {
-  dc::DcOptions o;
-  o.llama.lss.segment_size = 128 << 10;  // the smallest allowed
-  o.llama.lss.buffer_size = 64 << 10;
-  o.llama.lss.buffer_count = 2;
-  o.llama.lss.io_threads = 0;
-  o.llama.lss.recycle_pool = 0;
-  o.llama.mapping.max_pages = 1 << 12;
-  o.tree.limits.max_key_size = 256;
-  o.tree.limits.max_value_size = 4096;
-  o.tree.leaf_max_records = 8;
-  o.tree.inner_max_entries = 6;
-  o.tree.leaf_delta_threshold = 4;
-  o.tree.inner_delta_threshold = 2;
-  o.tree.leaf_merge_records = 2;
-  o.tree.node_max_bytes = 8 << 10;
-  o.checkpoint_interval_bytes = 0;
-  o.checkpoint_interval_ms = 0;
-  return o;
 }
 
 // Every file under `dir`, as paths, sorted.
@@ -115,7 +95,7 @@ Template MakeTemplate() {
   std::unique_ptr<Env> env = deuteron::NewMemEnv();
   uint64_t lsn = 0;
   {
-    Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, Options());
+    Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, deuteron::fuzz::SmallDcOptions());
     Check(d.status(), "open the template");
     for (int i = 0; i < 40; ++i) {
       Apply(d->get(), RecordOpKind::kUpsert, "key" + std::to_string(i), std::string(i % 7 * 5, 'v'), ++lsn);
@@ -124,7 +104,7 @@ Template MakeTemplate() {
     Check((*d)->Close(), "close");  // checkpoints
   }
   {
-    Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, Options());
+    Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, deuteron::fuzz::SmallDcOptions());
     Check(d.status(), "reopen the template");
     for (int i = 0; i < 40; i += 3) {
       Apply(d->get(), RecordOpKind::kDelete, "key" + std::to_string(i), "", ++lsn);
@@ -286,7 +266,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(env->CreateDirs(deuteron::ParentDir(path)), "mkdir");
     Check(deuteron::WriteStringToFile(env.get(), input, path, false), "write");
   }
-  Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, Options());
+  Result<std::unique_ptr<dc::Dc>> d = dc::Dc::Open(env.get(), kDir, deuteron::fuzz::SmallDcOptions());
   if (!d.ok()) return 0;  // a typed error: the right answer to a damaged store
   ReadAll(d->get());
   // Opened, the store must close cleanly (closing checkpoints) and open
@@ -295,7 +275,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Status closed = (*d)->Close();
   d->reset();
   if (!closed.ok()) return 0;  // an error found while flushing or checkpointing
-  Result<std::unique_ptr<dc::Dc>> again = dc::Dc::Open(env.get(), kDir, Options());
+  Result<std::unique_ptr<dc::Dc>> again = dc::Dc::Open(env.get(), kDir, deuteron::fuzz::SmallDcOptions());
   if (!again.ok()) Fail("a store that opened and closed cleanly does not reopen: " + again.status().ToString());
   ReadAll(again->get());
   Ignore((*again)->Close());

@@ -13,6 +13,11 @@
 // within kReplyDeadline, is a finding: the client aborts (libFuzzer saves
 // the input).
 //
+// Both targets also share their servers' common limits (SetServerLimits),
+// how an input is served (ServeInput: start the server, send, wait for the
+// sentinel's reply, stop) and their LLVMFuzzerInitialize
+// (InitializeRequestFuzzer: quiet logs, or write the seed corpus).
+//
 // Thread safety: functions over their arguments; one thread per client.
 #pragma once
 
@@ -38,6 +43,8 @@
 #include <thrift/protocol/TBinaryProtocol.h>
 #include <thrift/transport/TBufferTransports.h>
 
+#include "common/logging.h"
+#include "protocol/server/framed_server.h"
 #include "protocol/server/wire.h"
 
 namespace deuteron::fuzz {
@@ -87,6 +94,42 @@ std::string CallPayload(const std::string& method, int32_t seqid, const Args& ar
   args.write(&p);
   p.writeMessageEnd();
   return buf->getBufferAsString();
+}
+
+// The sentinel: a whole frame calling `method` (one that always answers)
+// with seqid kSentinelSeqid.
+template <typename Args>
+std::string SentinelFrame(const std::string& method, const Args& args) {
+  return Frame(CallPayload(method, kSentinelSeqid, args));
+}
+
+// The limits both targets' servers share: one I/O thread, 1 MiB frames,
+// 8 MiB of requests in memory, 4096 elements to a container, a frame's
+// deadline 10 s and an idle connection's 30 s. The worker threads, string
+// limit and name are each target's.
+inline void SetServerLimits(server::ServerOptions* o) {
+  o->io_threads = 1;
+  o->max_frame_size = 1 << 20;
+  o->request_memory_limit = 8 << 20;
+  o->container_limit = 4096;
+  o->frame_deadline = std::chrono::seconds(10);
+  o->idle_timeout = std::chrono::seconds(30);
+}
+
+// For LLVMFuzzerInitialize: logs errors only; with
+// DEUTERON_FUZZ_WRITE_SEEDS=<dir>, writes every (name, input) of `seeds()`
+// into <dir> and exits (tests/fuzz/make_corpus.py runs it).
+template <typename SeedsFn>
+void InitializeRequestFuzzer(SeedsFn seeds) {
+  SetLogLevel(LogLevel::kError);
+  const char* dir = std::getenv("DEUTERON_FUZZ_WRITE_SEEDS");
+  if (dir == nullptr) return;
+  for (const auto& [name, seed] : seeds()) {
+    FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "wb");
+    if (f == nullptr || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size()) Die("write seed");
+    std::fclose(f);
+  }
+  std::exit(0);
 }
 
 inline int Connect(uint16_t port) {
@@ -165,6 +208,18 @@ inline std::vector<std::string> RoundTrip(uint16_t port, const std::vector<std::
       }
     }
   }
+}
+
+// Serves one input: starts `server` (a DcServer or TcServer, not started),
+// sends the input's requests and then `sentinel`, a call of
+// `sentinel_method`, on a fresh connection, waits for the sentinel's reply
+// and stops the server.
+template <typename Server>
+void ServeInput(Server& server, const uint8_t* data, size_t size, const std::string& sentinel,
+                std::string_view sentinel_method) {
+  if (!server.Start().ok()) Die("start the server");
+  RoundTrip(server.port(), SplitRequests(data, size), sentinel, sentinel_method);
+  server.Stop();
 }
 
 }  // namespace deuteron::fuzz

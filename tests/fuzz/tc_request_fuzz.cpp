@@ -20,8 +20,6 @@
 // Built only by scripts/fuzz (clang, -fsanitize=fuzzer).
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,10 +27,10 @@
 
 #include "TransactionService.h"
 #include "common/env.h"
-#include "common/logging.h"
 #include "tc/database.h"
 #include "tc/server/tc_server.h"
 #include "tests/fuzz/fuzz_client.h"
+#include "tests/fuzz/fuzz_dc_options.h"
 
 namespace {
 
@@ -45,23 +43,8 @@ using deuteron::Status;
 tc::DatabaseOptions StoreOptions(deuteron::Env* env) {
   tc::DatabaseOptions o;
   o.env = env;
-  o.dc.llama.lss.segment_size = 128 << 10;
-  o.dc.llama.lss.buffer_size = 64 << 10;
-  o.dc.llama.lss.buffer_count = 2;
-  o.dc.llama.lss.io_threads = 0;
-  o.dc.llama.lss.recycle_pool = 0;
-  o.dc.llama.mapping.max_pages = 1 << 12;
+  o.dc = fuzz::SmallDcOptions();
   o.dc.llama.memory_budget = 4 << 20;
-  o.dc.tree.limits.max_key_size = 256;
-  o.dc.tree.limits.max_value_size = 4096;
-  o.dc.tree.leaf_max_records = 8;
-  o.dc.tree.inner_max_entries = 6;
-  o.dc.tree.leaf_delta_threshold = 4;
-  o.dc.tree.inner_delta_threshold = 2;
-  o.dc.tree.leaf_merge_records = 2;
-  o.dc.tree.node_max_bytes = 8 << 10;
-  o.dc.checkpoint_interval_bytes = 0;
-  o.dc.checkpoint_interval_ms = 0;
   o.log.segment_size = 64 << 10;
   o.log.buffer_size = 64 << 10;
   o.log.spare_segments = 0;
@@ -78,24 +61,15 @@ tc::DatabaseOptions StoreOptions(deuteron::Env* env) {
 
 tc::TcServerOptions ServerOptions() {
   tc::TcServerOptions o;
-  o.io_threads = 1;
+  fuzz::SetServerLimits(&o);
   o.worker_threads = 2;
-  o.max_frame_size = 1 << 20;
-  o.request_memory_limit = 8 << 20;
   o.string_limit = 64 << 10;
-  o.container_limit = 4096;
-  o.frame_deadline = std::chrono::seconds(10);
-  o.idle_timeout = std::chrono::seconds(30);
   o.service.max_open_transactions = 8;
   o.service.max_scan_page = 64;
   o.service.max_execute_ops = 256;
   o.service.remember_finished = 16;
   o.name = "fuzz TC server";
   return o;
-}
-
-std::string Sentinel() {
-  return fuzz::Frame(fuzz::CallPayload("tcStats", fuzz::kSentinelSeqid, proto::TransactionService_tcStats_args()));
 }
 
 // Well-formed calls of every method, in the sequences a client makes. The
@@ -182,30 +156,20 @@ std::vector<std::pair<std::string, std::string>> Seeds() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
-  deuteron::SetLogLevel(deuteron::LogLevel::kError);
-  if (const char* dir = std::getenv("DEUTERON_FUZZ_WRITE_SEEDS")) {
-    for (const auto& [name, seed] : Seeds()) {
-      FILE* f = std::fopen((std::string(dir) + "/" + name).c_str(), "wb");
-      if (f == nullptr || std::fwrite(seed.data(), 1, seed.size(), f) != seed.size()) fuzz::Die("write seed");
-      std::fclose(f);
-    }
-    std::exit(0);
-  }
+  fuzz::InitializeRequestFuzzer(Seeds);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string sentinel = Sentinel();
-  const std::vector<std::string_view> requests = fuzz::SplitRequests(data, size);
+  static const std::string sentinel =
+      fuzz::SentinelFrame("tcStats", proto::TransactionService_tcStats_args());
   std::unique_ptr<deuteron::Env> env = deuteron::NewMemEnv();
   {
     Result<std::unique_ptr<tc::Database>> db = tc::Database::Open("/store", StoreOptions(env.get()));
     if (!db.ok()) fuzz::Die("open the store: " + db.status().ToString());
     {
       tc::TcServer server(&(*db)->txn(), ServerOptions());
-      if (!server.Start().ok()) fuzz::Die("start the TC server");
-      fuzz::RoundTrip(server.port(), requests, sentinel, "tcStats");
-      server.Stop();
+      fuzz::ServeInput(server, data, size, sentinel, "tcStats");
       if (server.open_transactions() != 0) fuzz::Die("transactions left open after Stop");
     }
     const Status closed = (*db)->Close();

@@ -1,8 +1,6 @@
 // The bank workload over an embedded store: transfers recorded in the
 // oracle verify against what the store holds, and ReadStore reports every
 // kind of key or balance that must not be there.
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -10,15 +8,10 @@
 #include <catch2/catch.hpp>
 
 #include "tc/crash/bank_load.h"
+#include "tests/tc/crash/crash_test_util.h"
 
 namespace deuteron::crash {
 namespace {
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-crash-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
 
 struct Store {
   Store() : dir(TempDir()) {

@@ -11,22 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include "tc/crash/bitflip.h"
+#include "tests/tc/crash/crash_test_util.h"
 
 namespace deuteron::crash {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-crash-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // A 1 MiB sparse file with `used` bytes of 0xAB at its start.
 void WriteSparse(const std::string& path, size_t used) {

@@ -1,10 +1,7 @@
 // `deuteron crashtest` end to end: a few short kill and bitflip cycles
 // against real `deuteron dc` and `deuteron tc` children, in process (the
 // CrashTest driver) and as the command (its JSON and exit status).
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,19 +10,25 @@
 #include "common/fault_hooks.h"
 #include "tc/crash/crash_test.h"
 #include "tc/crash/run_program.h"
+#include "tests/tc/crash/crash_test_util.h"
 
 namespace deuteron::crash {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-crash-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+// Runs the cycles of `o`: they must all run and find no violation. The
+// report, for each test's own checks. The run directory is removed when the
+// run was clean, and kept to look at otherwise.
+CrashReport RunCycles(const CrashOptions& o) {
+  CrashTest test(o);
+  Result<CrashReport> r = test.Run();
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  INFO("run directory " << o.dir);
+  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
+  CHECK(r->violations.empty());
+  CHECK(r->cycles == o.cycles);
+  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+  return std::move(r).value();
 }
 
 TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[crash][crashtest]") {
@@ -40,22 +43,15 @@ TEST_CASE("kill and bitflip cycles recover and verify with no violation", "[cras
   o.max_window = std::chrono::milliseconds(150);
   o.check_every = 1;
   o.progress = nullptr;
-  CrashTest test(o);
-  Result<CrashReport> r = test.Run();
-  REQUIRE(r.ok());
-  INFO("run directory " << o.dir);
-  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
-  CHECK(r->violations.empty());
-  CHECK(r->cycles == 2);
-  CHECK(r->faults[static_cast<size_t>(FaultKind::kKill)] == 1);
-  CHECK(r->faults[static_cast<size_t>(FaultKind::kBitflip)] == 1);
-  CHECK(r->bitflips_detected + r->bitflips_harmless == 1);
-  CHECK(r->acknowledged > 0);
-  CHECK(r->verified == r->acknowledged);
-  CHECK(r->keys_checked >= 2 * 16);
-  CHECK(r->recovery_ms.size() >= 2);
-  CHECK(r->store_checks == 4);  // after cycle 1 and at the end, tc and dc each
-  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+  const CrashReport r = RunCycles(o);
+  CHECK(r.faults[static_cast<size_t>(FaultKind::kKill)] == 1);
+  CHECK(r.faults[static_cast<size_t>(FaultKind::kBitflip)] == 1);
+  CHECK(r.bitflips_detected + r.bitflips_harmless == 1);
+  CHECK(r.acknowledged > 0);
+  CHECK(r.verified == r.acknowledged);
+  CHECK(r.keys_checked >= 2 * 16);
+  CHECK(r.recovery_ms.size() >= 2);
+  CHECK(r.store_checks == 4);  // after cycle 1 and at the end, tc and dc each
 }
 
 CrashOptions Short(std::vector<FaultKind> faults, uint64_t cycles) {
@@ -79,18 +75,12 @@ TEST_CASE("rpc cycles put the proxy's faults between TC and DC and verify", "[cr
   // Every frame delayed, some calls cut: the faults surely happen.
   o.rpc_faults = ProxyFaults{.delay_p = 1.0, .max_delay = std::chrono::milliseconds(2), .drop_p = 0.05,
                              .reset_p = 0.05, .duplicate_p = 0.2};
-  CrashTest test(o);
-  Result<CrashReport> r = test.Run();
-  REQUIRE(r.ok());
-  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
-  CHECK(r->violations.empty());
-  CHECK(r->cycles == 1);
-  CHECK(r->rpc.frames > 0);
-  CHECK(r->rpc.delayed > 0);
-  CHECK(r->faults[static_cast<size_t>(FaultKind::kRpc)] ==
-        r->rpc.delayed + r->rpc.dropped + r->rpc.reset + r->rpc.duplicated);
-  CHECK(r->history_ops_checked > 0);  // the list-append history was checked
-  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+  const CrashReport r = RunCycles(o);
+  CHECK(r.rpc.frames > 0);
+  CHECK(r.rpc.delayed > 0);
+  CHECK(r.faults[static_cast<size_t>(FaultKind::kRpc)] ==
+        r.rpc.delayed + r.rpc.dropped + r.rpc.reset + r.rpc.duplicated);
+  CHECK(r.history_ops_checked > 0);  // the list-append history was checked
 }
 
 TEST_CASE("power loss, torn write, kill point and I/O error cycles through the hooks verify",
@@ -100,16 +90,9 @@ TEST_CASE("power loss, torn write, kill point and I/O error cycles through the h
                           FaultKind::kEio},
                          5);
   o.kill_point_probability = "0.2";  // dies at one of its first hits
-  CrashTest test(o);
-  Result<CrashReport> r = test.Run();
-  REQUIRE(r.ok());
-  INFO("run directory " << o.dir);
-  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
-  CHECK(r->violations.empty());
-  CHECK(r->cycles == 5);
-  for (FaultKind k : o.faults) CHECK(r->faults[static_cast<size_t>(k)] == 1);
-  CHECK(r->kill_points_hit == 1);  // P = 0.2 over a start and a window of work
-  if (r->violations.empty()) std::filesystem::remove_all(o.dir);
+  const CrashReport r = RunCycles(o);
+  for (FaultKind k : o.faults) CHECK(r.faults[static_cast<size_t>(k)] == 1);
+  CHECK(r.kill_points_hit == 1);  // P = 0.2 over a start and a window of work
 }
 
 TEST_CASE("deuteron crashtest prints its JSON report and exits 0 when clean", "[crash][crashtest]") {

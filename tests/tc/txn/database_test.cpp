@@ -19,6 +19,7 @@
 #include "tc/wal/log.h"
 #include "tc/wal/log_format.h"
 #include "tests/dc/dc_harness.h"
+#include "tests/protocol/forwarding_dc.h"
 
 namespace deuteron::test {
 
@@ -147,10 +148,10 @@ namespace {
 
 // Forwards to a DataComponent. Apply waits, up to `wait`, until `want`
 // Apply calls are inside at once, and records the most that were.
-class RendezvousDc final : public DataComponent {
+class RendezvousDc final : public ForwardingDc {
  public:
   RendezvousDc(DataComponent* dc, int want, std::chrono::milliseconds wait)
-      : dc_(dc), want_(want), wait_(wait) {}
+      : ForwardingDc(dc), want_(want), wait_(wait) {}
 
   int max_inside() {
     std::lock_guard<std::mutex> l(mu_);
@@ -165,24 +166,13 @@ class RendezvousDc final : public DataComponent {
       cv_.notify_all();
       cv_.wait_for(l, wait_, [&] { return max_inside_ >= want_; });
     }
-    Result<ApplyResult> r = dc_->Apply(ops, esl, inc);
+    Result<ApplyResult> r = dc()->Apply(ops, esl, inc);
     std::lock_guard<std::mutex> l(mu_);
     --inside_;
     return r;
   }
-  Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
-  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override {
-    return dc_->MultiGet(keys);
-  }
-  Result<ScanResult> Scan(const ScanRequest& r) override { return dc_->Scan(r); }
-  Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
-  Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
-  Result<DcReady> RestartTo(uint64_t end) override { return dc_->RestartTo(end); }
-  Result<DcStats> GetStats() override { return dc_->GetStats(); }
-  Result<DcHealth> Health() override { return dc_->Health(); }
 
  private:
-  DataComponent* const dc_;
   const int want_;
   const std::chrono::milliseconds wait_;
   std::mutex mu_;

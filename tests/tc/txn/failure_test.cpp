@@ -17,14 +17,15 @@
 #include "tc/txn_manager.h"
 #include "tc/wal/log.h"
 #include "tests/dc/dc_harness.h"
+#include "tests/protocol/forwarding_dc.h"
 
 namespace deuteron::test {
 namespace {
 
 // Forwards to a DataComponent; Apply fails with TooLarge while `fail_apply`.
-class FlakyDc final : public DataComponent {
+class FlakyDc final : public ForwardingDc {
  public:
-  explicit FlakyDc(DataComponent* dc) : dc_(dc) {}
+  explicit FlakyDc(DataComponent* dc) : ForwardingDc(dc) {}
   std::atomic<bool> fail_apply{false};
   // Apply answers Unavailable (the DC went away) while `away`; RestartTo
   // answers NoSpace (the DC's disk is full) `restart_no_space` times.
@@ -34,25 +35,13 @@ class FlakyDc final : public DataComponent {
   Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t inc) override {
     if (fail_apply.load()) return Status::TooLarge("injected apply failure");
     if (away.load()) return Status::Unavailable("injected: the DC went away");
-    return dc_->Apply(ops, esl, inc);
+    return dc()->Apply(ops, esl, inc);
   }
-  Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
-  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override {
-    return dc_->MultiGet(keys);
-  }
-  Result<ScanResult> Scan(const ScanRequest& r) override { return dc_->Scan(r); }
-  Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
-  Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
   Result<DcReady> RestartTo(uint64_t end) override {
     restarts.fetch_add(1);
     if (restart_no_space.fetch_sub(1) > 0) return Status::NoSpace("injected: the DC's disk is full");
-    return dc_->RestartTo(end);
+    return dc()->RestartTo(end);
   }
-  Result<DcStats> GetStats() override { return dc_->GetStats(); }
-  Result<DcHealth> Health() override { return dc_->Health(); }
-
- private:
-  DataComponent* const dc_;
 };
 
 struct Store {

@@ -20,6 +20,7 @@
 #include "tc/txn_manager.h"
 #include "tc/wal/log.h"
 #include "tests/dc/dc_harness.h"
+#include "tests/protocol/forwarding_dc.h"
 
 namespace deuteron::test {
 namespace {
@@ -31,35 +32,20 @@ constexpr uint32_t kPage = 3;
 
 // Forwards to a DataComponent, counting Scan calls and the largest page
 // asked for; Scan fails with Corruption (an error that does not mean the DC is lost, so the TC does not recover it) once `scans_before_failure` reaches 0.
-class CountingDc final : public DataComponent {
+class CountingDc final : public ForwardingDc {
  public:
-  explicit CountingDc(DataComponent* dc) : dc_(dc) {}
+  explicit CountingDc(DataComponent* dc) : ForwardingDc(dc) {}
   std::atomic<int> scans{0};
   std::atomic<uint32_t> max_limit{0};
   std::atomic<int> scans_before_failure{-1};  // -1: never fails
 
-  Result<ApplyResult> Apply(std::span<const RecordOp> ops, uint64_t esl, uint64_t inc) override {
-    return dc_->Apply(ops, esl, inc);
-  }
-  Result<ReadResult> Get(Slice key) override { return dc_->Get(key); }
-  Result<std::vector<ReadResult>> MultiGet(std::span<const Slice> keys) override {
-    return dc_->MultiGet(keys);
-  }
   Result<ScanResult> Scan(const ScanRequest& r) override {
     if (scans_before_failure.load() == 0) return Status::Corruption("injected scan failure");
     if (scans_before_failure.load() > 0) scans_before_failure.fetch_sub(1);
     scans.fetch_add(1);
     max_limit.store(std::max(max_limit.load(), r.limit));
-    return dc_->Scan(r);
+    return dc()->Scan(r);
   }
-  Status SetEsl(uint64_t esl, uint64_t inc) override { return dc_->SetEsl(esl, inc); }
-  Status ProposeRssp(uint64_t rssp, uint64_t inc) override { return dc_->ProposeRssp(rssp, inc); }
-  Result<DcReady> RestartTo(uint64_t end) override { return dc_->RestartTo(end); }
-  Result<DcStats> GetStats() override { return dc_->GetStats(); }
-  Result<DcHealth> Health() override { return dc_->Health(); }
-
- private:
-  DataComponent* const dc_;
 };
 
 // A TxnManager over a CountingDc over an in-memory dc::Dc, scan_page 3.

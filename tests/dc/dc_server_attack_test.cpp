@@ -22,21 +22,11 @@ namespace proto = ::deuteron::protocol;
 using deuteron::testing::DecodeReply;
 using deuteron::testing::EncodeCall;
 using deuteron::testing::Frame;
+using deuteron::testing::GetFrame;
+using deuteron::testing::MultiGetFrame;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kMiB = size_t{1} << 20;
-
-std::string MultiGetFrame(int32_t seqid, const std::string& key, size_t copies) {
-  proto::DataComponentService_multiGet_args args;
-  args.keys.assign(copies, key);
-  return Frame(EncodeCall("multiGet", seqid, args));
-}
-
-std::string GetFrame(int32_t seqid, const std::string& key) {
-  proto::DataComponentService_get_args args;
-  args.key = key;
-  return Frame(EncodeCall("get", seqid, args));
-}
 
 void PutBig(FakeDataComponent& fake, const std::string& key, size_t size, uint64_t lsn) {
   const std::string value(size, 'x');

@@ -33,6 +33,8 @@ namespace proto = ::deuteron::protocol;
 using deuteron::testing::DecodeReply;
 using deuteron::testing::EncodeCall;
 using deuteron::testing::Frame;
+using deuteron::testing::GetFrame;
+using deuteron::testing::MultiGetFrame;
 using deuteron::testing::RawSocket;
 
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
@@ -169,18 +171,6 @@ KillSummary KillMidAttack(const KillRun& run, const AttackFn& start_attack) {
              std::chrono::duration<double>(Clock::now() - t2).count());
   return {attack.rounds.load() + again.rounds.load(), writer.stale(), writer.retakes(),
           writer.log().size(), writer.durable()};
-}
-
-std::string MultiGetFrame(int32_t seqid, const std::string& key, size_t copies) {
-  proto::DataComponentService_multiGet_args args;
-  args.keys.assign(copies, key);
-  return Frame(EncodeCall("multiGet", seqid, args));
-}
-
-std::string GetFrame(int32_t seqid, const std::string& key) {
-  proto::DataComponentService_get_args args;
-  args.key = key;
-  return Frame(EncodeCall("get", seqid, args));
 }
 
 std::unique_ptr<RemoteDataComponent> AttackClient(uint16_t port, const std::string& secret = "") {

@@ -24,6 +24,7 @@ using deuteron::testing::EncodeCall;
 using deuteron::testing::EncodeMessage;
 using deuteron::testing::FakeDataComponent;
 using deuteron::testing::Frame;
+using deuteron::testing::GetFrame;
 using deuteron::testing::RawSocket;
 using proto::RemoteDataComponent;
 using proto::RemoteOptions;
@@ -73,12 +74,6 @@ struct Served {
   FakeDataComponent fake;
   DcServer server;
 };
-
-std::string GetFrame(int32_t seqid, const std::string& key) {
-  proto::DataComponentService_get_args args;
-  args.key = key;
-  return Frame(EncodeCall("get", seqid, args));
-}
 
 using GetReply = deuteron::testing::Reply<proto::DataComponentService_get_result>;
 

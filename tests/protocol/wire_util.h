@@ -241,6 +241,19 @@ std::string EncodeCall(const std::string& name, int32_t seqid, const Args& args)
   return EncodeMessage(name, apache::thrift::protocol::T_CALL, seqid, args);
 }
 
+// Whole frames of two DC calls the server tests send by hand: a get of
+// `key`, and a multiGet of `copies` times `key`.
+inline std::string GetFrame(int32_t seqid, const std::string& key) {
+  protocol::DataComponentService_get_args args;
+  args.key = key;
+  return Frame(EncodeCall("get", seqid, args));
+}
+inline std::string MultiGetFrame(int32_t seqid, const std::string& key, size_t copies) {
+  protocol::DataComponentService_multiGet_args args;
+  args.keys.assign(copies, key);
+  return Frame(EncodeCall("multiGet", seqid, args));
+}
+
 // A decoded reply: the header, and either the application exception
 // (type T_EXCEPTION) or the result struct R (a generated *_result).
 template <typename R>

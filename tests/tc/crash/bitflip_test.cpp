@@ -25,7 +25,9 @@ std::string TempDir() {
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::string out(fs::file_size(path), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
 }
 
 // A 1 MiB sparse file with `used` bytes of 0xAB at its start.
@@ -75,6 +77,25 @@ TEST_CASE("a flip lands in the used part of a log or LSS file and a second flip 
   CHECK(saw_log);
   CHECK(saw_lss);
   CHECK(ReadAll(root + "/tc/log/spare-0000000000000000.wal") == spare);
+  fs::remove_all(root);
+}
+
+TEST_CASE("the used length of a file ends at its last non-zero byte", "[crash]") {
+  const std::string root = TempDir();
+  for (size_t used : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095},
+                      size_t{4096}, size_t{(1 << 20) - 1}, size_t{1 << 20}}) {
+    WriteSparse(root + "/f", used);
+    INFO(used);
+    CHECK(*UsedLength(root + "/f") == used);
+  }
+  // A zero byte inside the used part does not end it.
+  WriteSparse(root + "/f", 100);
+  const int fd = ::open((root + "/f").c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  const char zeros[16] = {};
+  REQUIRE(pwrite(fd, zeros, sizeof zeros, 50) == 16);
+  ::close(fd);
+  CHECK(*UsedLength(root + "/f") == 100);
   fs::remove_all(root);
 }
 

@@ -205,7 +205,7 @@ TEST_CASE("Recovery replay and check show a live progress line on a terminal",
           "[tc][cli][progress]") {
   const std::string dir = TempDir();
   const std::string a = dir + "/a", b = dir + "/b";
-  BuildCrashedStore(a, 24);
+  BuildCrashedStore(a, 12);  // three replay batches
   fs::copy(a, b, fs::copy_options::recursive);
 
   {  // The replay on a terminal, then a clean close.

@@ -68,6 +68,25 @@ TEST_CASE("a flip lands in the used part of a log or LSS file and a second flip 
   fs::remove_all(root);
 }
 
+TEST_CASE("the used length of a file ends at its last non-zero byte", "[crash]") {
+  const std::string root = TempDir();
+  for (size_t used : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4095},
+                      size_t{4096}, size_t{(1 << 20) - 1}, size_t{1 << 20}}) {
+    WriteSparse(root + "/f", used);
+    INFO(used);
+    CHECK(*UsedLength(root + "/f") == used);
+  }
+  // A zero byte inside the used part does not end it.
+  WriteSparse(root + "/f", 100);
+  const int fd = ::open((root + "/f").c_str(), O_WRONLY);
+  REQUIRE(fd >= 0);
+  const char zeros[16] = {};
+  REQUIRE(pwrite(fd, zeros, sizeof zeros, 50) == 16);
+  ::close(fd);
+  CHECK(*UsedLength(root + "/f") == 100);
+  fs::remove_all(root);
+}
+
 TEST_CASE("with nothing used there is nothing to flip", "[crash]") {
   const std::string root = TempDir();
   fs::create_directories(root + "/tc/log");

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include <fstream>
-#include <iterator>
 #include <string>
 
 #include <catch2/catch.hpp>
@@ -21,9 +20,15 @@ inline std::string TempDir() {
 }
 
 // The file's bytes ("" when it cannot be read).
+// In one read: a character loop over a 1 MiB segment file was seconds
+// under ThreadSanitizer.
 inline std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  std::string out(static_cast<size_t>(in.tellg()), '\0');
+  in.seekg(0);
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  return out;
 }
 
 }  // namespace deuteron::crash

@@ -14,6 +14,7 @@
 
 #include "common/fault_env.h"
 #include "common/random.h"
+#include "tests/common/env_test_util.h"
 
 namespace deuteron {
 namespace {
@@ -55,12 +56,7 @@ std::string ReadAll(const File& f) {
   return out;
 }
 
-std::unique_ptr<File> Open(Env* env, const std::string& path, OpenMode mode) {
-  Result<std::unique_ptr<File>> f = env->OpenFile(path, mode);
-  INFO(path << ": " << f.status().ToString());
-  REQUIRE(f.ok());
-  return std::move(f).value();
-}
+using test::Open;
 
 #define ENV_FIXTURES PosixFixture, MemFixture, FaultOverMemFixture
 

@@ -1,4 +1,5 @@
 #include "common/fault_env.h"
+#include "tests/common/env_test_util.h"
 
 #include <stdlib.h>
 
@@ -47,12 +48,7 @@ std::string Content(Env* env, const std::string& path) {
   return *r;
 }
 
-std::unique_ptr<File> Open(Env* env, const std::string& path, OpenMode mode) {
-  Result<std::unique_ptr<File>> f = env->OpenFile(path, mode);
-  INFO(path << ": " << f.status().ToString());
-  REQUIRE(f.ok());
-  return std::move(f).value();
-}
+using test::Open;
 
 // Creates `path` with durable content `data` (file synced, directory synced).
 void WriteDurable(Env* env, const std::string& path, const std::string& data) {

@@ -14,7 +14,7 @@
 namespace deuteron {
 namespace {
 
-constexpr int kThreads = 4;
+constexpr int kMetricThreads = 4;
 
 uint64_t TestSeed() { return std::random_device{}(); }
 
@@ -64,17 +64,17 @@ TEST_CASE("Counter sums adds from several threads exactly", "[common][metrics]")
   CHECK(c.Value() == 0);
   constexpr uint64_t kAdds = 100000;
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < kMetricThreads; ++t) {
     threads.emplace_back([&c, t] {
       for (uint64_t i = 0; i < kAdds; ++i) c.Add(t == 0 ? 1 : 2);
     });
   }
   for (auto& th : threads) th.join();
-  CHECK(c.Value() == kAdds * (1 + 2 * (kThreads - 1)));
+  CHECK(c.Value() == kAdds * (1 + 2 * (kMetricThreads - 1)));
 
   c.Add();
   c.Add(10);
-  CHECK(c.Value() == kAdds * (1 + 2 * (kThreads - 1)) + 11);
+  CHECK(c.Value() == kAdds * (1 + 2 * (kMetricThreads - 1)) + 11);
   c.Reset();
   CHECK(c.Value() == 0);
   c.Add(5);
@@ -105,7 +105,7 @@ TEST_CASE("Gauge sets and adds", "[common][metrics]") {
   g.Set(0);
 
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < kMetricThreads; ++t) {
     threads.emplace_back([&g, t] {
       for (int i = 0; i < 20000; ++i) g.Add(t % 2 == 0 ? 3 : -1);
     });
@@ -186,7 +186,7 @@ TEST_CASE("Histogram Record from several threads loses nothing", "[common][metri
   Histogram h;
   constexpr uint64_t kPerThread = 50000;
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < kMetricThreads; ++t) {
     threads.emplace_back([&h, t] {
       for (uint64_t i = 1; i <= kPerThread; ++i) h.Record(i * (t + 1));
     });
@@ -201,11 +201,11 @@ TEST_CASE("Histogram Record from several threads loses nothing", "[common][metri
   }
   for (auto& th : threads) th.join();
   const Histogram::Snapshot s = h.GetSnapshot();
-  CHECK(s.count == kThreads * kPerThread);
+  CHECK(s.count == kMetricThreads * kPerThread);
   const uint64_t tri = kPerThread * (kPerThread + 1) / 2;
   CHECK(s.sum == tri * (1 + 2 + 3 + 4));
   CHECK(s.min == 1);
-  CHECK(s.max == kPerThread * kThreads);
+  CHECK(s.max == kPerThread * kMetricThreads);
 }
 
 TEST_CASE("Histogram Reset empties it", "[common][metrics]") {
@@ -266,9 +266,9 @@ TEST_CASE("MetricsRegistry returns one metric per name", "[common][metrics]") {
   CHECK(reg.GetHistogram("wal.commit_us") == h);
 
   // Concurrent first lookups agree on one pointer.
-  std::vector<Counter*> seen(kThreads);
+  std::vector<Counter*> seen(kMetricThreads);
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
+  for (int t = 0; t < kMetricThreads; ++t) {
     threads.emplace_back([&reg, &seen, t] {
       for (int i = 0; i < 100; ++i) reg.GetCounter(std::to_string(i))->Add();
       seen[t] = reg.GetCounter("shared");
@@ -276,7 +276,7 @@ TEST_CASE("MetricsRegistry returns one metric per name", "[common][metrics]") {
   }
   for (auto& th : threads) th.join();
   for (Counter* p : seen) CHECK(p == seen[0]);
-  CHECK(reg.GetCounter("42")->Value() == kThreads);
+  CHECK(reg.GetCounter("42")->Value() == kMetricThreads);
 }
 
 TEST_CASE("MetricsRegistry renders JSON and text", "[common][metrics]") {

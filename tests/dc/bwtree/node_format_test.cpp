@@ -11,15 +11,12 @@
 #include <catch2/catch.hpp>
 
 #include "common/random.h"
+#include "tests/dc/bwtree/node_test_util.h"
 
 namespace deuteron::bwtree {
 namespace {
 
-std::string Key(int i) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "k%05d", i);
-  return buf;
-}
+using test::NodeKey;
 
 BaseHeader LeafHeader(Slice low, Slice high, PageId sibling) {
   BaseHeader h;
@@ -39,7 +36,7 @@ struct TestLeaf {
   std::string payload;
   explicit TestLeaf(int n, Slice high = Slice()) {
     for (int i = 0; i < n; ++i) {
-      keys.push_back(Key(2 * i));
+      keys.push_back(NodeKey(2 * i));
       values.push_back(i % 5 == 4 ? "" : std::string(i % 7, 'v') + std::to_string(i));
     }
     for (int i = 0; i < n; ++i) {
@@ -85,22 +82,22 @@ TEST_CASE("Leaf base round trip and search", "[dc][bwtree]") {
       CHECK(all[i].tombstone == (i % 5 == 4));
     }
     std::vector<LeafRecord> some;
-    const std::string stop = Key(7);  // between k00006 and k00008
+    const std::string stop = NodeKey(7);  // between k00006 and k00008
     const Slice stop_slice(stop);
     REQUIRE(view->AppendRecords(&some, &stop_slice).ok());
     CHECK(some.size() == static_cast<size_t>(std::min(n, 4)));
     // Find: present keys exact, odd keys between them.
     for (int k = -1; k <= 2 * n; ++k) {
-      auto pos = view->Find(k < 0 ? std::string("a") : Key(k));
+      auto pos = view->Find(k < 0 ? std::string("a") : NodeKey(k));
       REQUIRE(pos.ok());
       const size_t want = k < 0 ? 0 : static_cast<size_t>((k + 1) / 2);
       CHECK(pos->index == want);
       CHECK(pos->exact == (k >= 0 && k % 2 == 0 && k < 2 * n));
       // Narrowed ranges: a correct one and a wrong one give the same answer.
-      auto narrowed = view->Find(k < 0 ? std::string("a") : Key(k), want, want);
+      auto narrowed = view->Find(k < 0 ? std::string("a") : NodeKey(k), want, want);
       REQUIRE(narrowed.ok());
       CHECK(narrowed->index == want);
-      auto wrong = view->Find(k < 0 ? std::string("a") : Key(k), 0, want == 0 ? 0 : want - 1);
+      auto wrong = view->Find(k < 0 ? std::string("a") : NodeKey(k), 0, want == 0 ? 0 : want - 1);
       REQUIRE(wrong.ok());
       CHECK(wrong->index == want);
     }

@@ -13,6 +13,7 @@
 #include "common/random.h"
 #include "dc/bwtree/node_format.h"
 #include "tests/dc/llama/llama_test_util.h"
+#include "tests/dc/bwtree/node_test_util.h"
 
 namespace deuteron::bwtree {
 namespace {
@@ -25,11 +26,7 @@ using llama::test::MakeNode;
 using llama::test::OpenOrDie;
 using llama::test::PostDelta;
 
-std::string Key(int i) {
-  char buf[16];
-  std::snprintf(buf, sizeof(buf), "k%05d", i);
-  return buf;
-}
+using test::NodeKey;
 
 std::string EmptyLeaf() { return EncodeLeafBase(BaseHeader{}, {}); }
 
@@ -59,7 +56,7 @@ using Model = std::map<std::string, ModelEntry>;
 std::string DescribePage(const PageNode* head, int key_space) {
   std::string out;
   for (int i = 0; i < key_space; ++i) {
-    const std::string key = Key(i);
+    const std::string key = NodeKey(i);
     auto r = Lookup(head, key);
     auto lsn = LatestLsn(head, key);
     if (!r.ok() || !lsn.ok()) return r.status().ToString() + " " + lsn.status().ToString();
@@ -84,7 +81,7 @@ std::string DescribePage(const PageNode* head, int key_space) {
 std::string DescribeModel(const Model& model, int key_space) {
   std::string out;
   for (int i = 0; i < key_space; ++i) {
-    const std::string key = Key(i);
+    const std::string key = NodeKey(i);
     out += key;
     auto it = model.find(key);
     uint64_t lsn = 0;
@@ -176,7 +173,7 @@ TEST_CASE("Page ops match a std::map model under deltas and consolidation", "[dc
       auto f = l->Flush(pid, rnd.Uniform(next_lsn + 1), 0);
       REQUIRE(f.ok());
     } else {
-      const std::string key = Key(static_cast<int>(rnd.Uniform(key_space)));
+      const std::string key = NodeKey(static_cast<int>(rnd.Uniform(key_space)));
       const uint64_t lsn = ++next_lsn;
       DeltaType type = static_cast<DeltaType>(1 + rnd.Uniform(4));
       const std::string value = std::string(rnd.Uniform(20), 'x') + std::to_string(lsn);
@@ -206,7 +203,7 @@ TEST_CASE("Consolidation keeps lookups identical", "[dc][bwtree]") {
     const PageId pid = CreatePage(l.get(), EmptyLeaf());
     auto g = l->Enter();
     for (uint64_t lsn = 1; lsn <= 60; ++lsn) {
-      const std::string key = Key(static_cast<int>(rnd.Uniform(25)));
+      const std::string key = NodeKey(static_cast<int>(rnd.Uniform(25)));
       auto type = static_cast<DeltaType>(1 + rnd.Uniform(4));
       auto payload = MakeRecordDelta(ReadHead(l.get(), pid), type, key, "v" + std::to_string(lsn),
                                      lsn);
@@ -224,8 +221,8 @@ TEST_CASE("Consolidation keeps lookups identical", "[dc][bwtree]") {
     REQUIRE(c.ok());
     PageNode* after = BuildChain(l.get(), *c);
     for (int i = 0; i < 27; ++i) {
-      LookupResult a = MustLookup(before, Key(i));
-      LookupResult b = MustLookup(after, Key(i));
+      LookupResult a = MustLookup(before, NodeKey(i));
+      LookupResult b = MustLookup(after, NodeKey(i));
       CHECK(a.outcome == b.outcome);
       CHECK(a.value == b.value);
       CHECK(a.lsn == b.lsn);
@@ -297,7 +294,7 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     // random keys and sometimes a split delta or two.
     std::vector<std::string> keys, values;
     for (int i = 0; i < 60; i += 1 + static_cast<int>(rnd.Uniform(3))) {
-      keys.push_back(Key(2 * i));
+      keys.push_back(NodeKey(2 * i));
       values.push_back(rnd.OneIn(4) ? "" : std::string(rnd.Uniform(12), 'v'));
     }
     std::vector<LeafRecord> recs;
@@ -316,12 +313,12 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     for (int i = 0; i < deltas; ++i) {
       const uint64_t lsn = 51 + static_cast<uint64_t>(i);
       if (rnd.OneIn(8)) {
-        const std::string separator = Key(static_cast<int>(rnd.Uniform(120)));
+        const std::string separator = NodeKey(static_cast<int>(rnd.Uniform(120)));
         PostDelta(l.get(), pid, EncodeSplitDelta(separator, 70 + i), 0);
         continue;
       }
       // As the tree does: no record delta for a key the page sends away.
-      const std::string key = Key(static_cast<int>(rnd.Uniform(120)));
+      const std::string key = NodeKey(static_cast<int>(rnd.Uniform(120)));
       if (MustLookup(ReadHead(l.get(), pid), key).outcome == LookupOutcome::kRedirect) continue;
       auto type = static_cast<DeltaType>(1 + rnd.Uniform(4));
       auto payload = MakeRecordDelta(ReadHead(l.get(), pid), type, key,
@@ -371,7 +368,7 @@ TEST_CASE("Byte-copying consolidation equals the decoding one", "[dc][bwtree]") 
     l->DiscardChain(built);
 
     // A split's right half, from a random key up, both ways.
-    const std::string low = Key(static_cast<int>(rnd.Uniform(120)));
+    const std::string low = NodeKey(static_cast<int>(rnd.Uniform(120)));
     INFO("from " << low);
     auto right = ConsolidateFrom(head, low, lsn_bound, purge_bound);
     REQUIRE(right.ok());
@@ -401,28 +398,28 @@ TEST_CASE("Split delta redirects and is applied by consolidation", "[dc][bwtree]
   auto l = OpenOrDie(env.get());
   std::vector<std::string> keys, values;
   for (int i = 0; i < 10; ++i) {
-    keys.push_back(Key(2 * i));
+    keys.push_back(NodeKey(2 * i));
     values.push_back("v" + std::to_string(i));
   }
   std::vector<LeafRecord> recs;
   for (int i = 0; i < 10; ++i) recs.push_back(LeafRecord{keys[i], values[i], 1u + i, false});
   const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 10, 10);
   auto g = l->Enter();
-  PostDelta(l.get(), pid, EncodeSplitDelta(Key(10), 77), 0);
-  auto p = MakeRecordDelta(ReadHead(l.get(), pid), DeltaType::kUpsert, Key(3), "new", 20);
+  PostDelta(l.get(), pid, EncodeSplitDelta(NodeKey(10), 77), 0);
+  auto p = MakeRecordDelta(ReadHead(l.get(), pid), DeltaType::kUpsert, NodeKey(3), "new", 20);
   REQUIRE(p.ok());
   PostDelta(l.get(), pid, *p, 20);
 
   const PageNode* head = ReadHead(l.get(), pid);
-  LookupResult r = MustLookup(head, Key(12));
+  LookupResult r = MustLookup(head, NodeKey(12));
   CHECK(r.outcome == LookupOutcome::kRedirect);
   CHECK(r.redirect_kind == RedirectKind::kSplit);
   CHECK(r.redirect == 77);
-  CHECK(MustLookup(head, Key(10)).outcome == LookupOutcome::kRedirect);
-  CHECK(MustLookup(head, Key(4)).value == Slice("v2"));
-  CHECK(MustLookup(head, Key(3)).value == Slice("new"));
+  CHECK(MustLookup(head, NodeKey(10)).outcome == LookupOutcome::kRedirect);
+  CHECK(MustLookup(head, NodeKey(4)).value == Slice("v2"));
+  CHECK(MustLookup(head, NodeKey(3)).value == Slice("new"));
   PageId redirect = 0;
-  auto lsn = LatestLsn(head, Key(18), &redirect);
+  auto lsn = LatestLsn(head, NodeKey(18), &redirect);
   REQUIRE(lsn.ok());
   CHECK(*lsn == 0);
   CHECK(redirect == 77);
@@ -435,16 +432,16 @@ TEST_CASE("Split delta redirects and is applied by consolidation", "[dc][bwtree]
   REQUIRE(view->Validate().ok());
   CHECK(view->count() == 5);
   CHECK_FALSE(view->header().high_infinite);
-  CHECK(view->header().high_key == Slice(Key(10)));
+  CHECK(view->header().high_key == Slice(NodeKey(10)));
   CHECK(view->header().right_sibling == 77);
   REQUIRE(l->UpdateR(pid, head, BuildChain(l.get(), *c)));
   head = ReadHead(l.get(), pid);
-  r = MustLookup(head, Key(12));
+  r = MustLookup(head, NodeKey(12));
   CHECK(r.outcome == LookupOutcome::kRedirect);
   CHECK(r.redirect_kind == RedirectKind::kSibling);
   CHECK(r.redirect == 77);
-  CHECK(MustLookup(head, Key(8)).value == Slice("v4"));
-  CHECK(MustLookup(head, Key(3)).value == Slice("new"));
+  CHECK(MustLookup(head, NodeKey(8)).value == Slice("v4"));
+  CHECK(MustLookup(head, NodeKey(3)).value == Slice("new"));
 }
 
 TEST_CASE("Remove-node and merge deltas", "[dc][bwtree]") {
@@ -513,7 +510,7 @@ TEST_CASE("Byte-copying inner consolidation equals gathering", "[dc][bwtree]") {
   Random64 rnd(seed);
   auto env = NewMemEnv();
   auto l = OpenOrDie(env.get());
-  const std::string high = Key(80);
+  const std::string high = NodeKey(80);
   int copies = 0, gathers = 0;
   for (int round = 0; round < 300; ++round) {
     INFO("round " << round);
@@ -527,7 +524,7 @@ TEST_CASE("Byte-copying inner consolidation equals gathering", "[dc][bwtree]") {
     std::vector<std::string> seps;
     std::vector<InnerEntry> entries;
     for (int i = first; i < 80; i += 2 + 2 * static_cast<int>(rnd.Uniform(3))) {
-      seps.push_back(i == first && first == 0 ? std::string() : Key(i));
+      seps.push_back(i == first && first == 0 ? std::string() : NodeKey(i));
     }
     for (size_t i = 0; i < seps.size(); ++i) {
       PageId child = 0;
@@ -549,13 +546,13 @@ TEST_CASE("Byte-copying inner consolidation equals gathering", "[dc][bwtree]") {
     // sometimes two, or a split delta as well.
     const int deltas = rnd.OneIn(5) ? 2 : 1;
     for (int i = 0; i < deltas; ++i) {
-      const std::string sep = Key(static_cast<int>(rnd.Uniform(90)));
+      const std::string sep = NodeKey(static_cast<int>(rnd.Uniform(90)));
       const PageId child = 10 + rnd.Uniform(7);
       PostDelta(l.get(), pid,
                 rnd.OneIn(3) ? EncodeIndexTermDeleteDelta(sep, child, true, "")
                              : EncodeIndexEntryDelta(sep, child, true, ""));
     }
-    if (rnd.OneIn(10)) PostDelta(l.get(), pid, EncodeSplitDelta(Key(60), 98));
+    if (rnd.OneIn(10)) PostDelta(l.get(), pid, EncodeSplitDelta(NodeKey(60), 98));
     const PageNode* head = ReadHead(l.get(), pid);
     size_t count = 0;
     bool copied = false;
@@ -586,7 +583,7 @@ TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
   auto env = NewMemEnv();
   auto l = OpenOrDie(env.get());
   std::vector<std::string> keys;
-  for (int i = 0; i < 50; ++i) keys.push_back(Key(2 * i));
+  for (int i = 0; i < 50; ++i) keys.push_back(NodeKey(2 * i));
   std::vector<LeafRecord> recs;
   for (int i = 0; i < 50; ++i) recs.push_back(LeafRecord{keys[i], keys[i], 1, false});
   const PageId pid = CreatePage(l.get(), EncodeLeafBase(BaseHeader{}, recs), 1, 1);
@@ -594,7 +591,7 @@ TEST_CASE("Stale hints do not change lookups", "[dc][bwtree]") {
   for (int i = 0; i < 20; ++i) {
     const int k = 2 * static_cast<int>(rnd.Uniform(50)) + 1;  // odd: not in the base
     const auto hint = static_cast<uint32_t>(rnd.Uniform(60));
-    PostDelta(l.get(), pid, EncodeRecordDelta(DeltaType::kInsert, Key(k), "d", 2 + i, hint), 2 + i);
+    PostDelta(l.get(), pid, EncodeRecordDelta(DeltaType::kInsert, NodeKey(k), "d", 2 + i, hint), 2 + i);
   }
   const PageNode* head = ReadHead(l.get(), pid);
   for (int i = 0; i < 50; ++i) {
@@ -717,7 +714,7 @@ TEST_CASE("Plain chains are known without a walk only while plain", "[dc][bwtree
   CHECK(PlainBase(ReadHead(l.get(), pid)) == base);  // through a commit's flush node
   CHECK(deltas() == 0);
   for (int i = 1; i <= 3; ++i) {
-    post(EncodeRecordDelta(DeltaType::kUpsert, Key(i), "v", i, kNoHint), i, true);
+    post(EncodeRecordDelta(DeltaType::kUpsert, NodeKey(i), "v", i, kNoHint), i, true);
     CHECK(PlainBase(ReadHead(l.get(), pid)) == base);
     CHECK(ReadHead(l.get(), pid)->base_hint == base);
     CHECK(deltas() == i);
@@ -731,7 +728,7 @@ TEST_CASE("Plain chains are known without a walk only while plain", "[dc][bwtree
   CHECK(ReadHead(l.get(), pid)->kind == NodeKind::kFlush);
   CHECK(PlainBase(ReadHead(l.get(), pid)) == base);
   CHECK(deltas() == 3);
-  post(EncodeRecordDelta(DeltaType::kUpsert, Key(4), "v", 4, kNoHint), 4, true);
+  post(EncodeRecordDelta(DeltaType::kUpsert, NodeKey(4), "v", 4, kNoHint), 4, true);
   CHECK(deltas() == 4);
   // A split: not plain any more, and a record delta above it is not either;
   // the split routes again.

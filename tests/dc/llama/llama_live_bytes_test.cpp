@@ -29,9 +29,9 @@ using test::SmallOptions;
 
 // A workload over a few dozen pages, one thread. Tags are LSNs; flushes go
 // under a lagging ESL, as the DC's do.
-class Workload {
+class LiveWorkload {
  public:
-  Workload(Env* env, LlamaOptions o, uint64_t seed) : env_(env), o_(o), rng_(seed) {
+  LiveWorkload(Env* env, LlamaOptions o, uint64_t seed) : env_(env), o_(o), rng_(seed) {
     l_ = OpenOrDie(env_, o_);
   }
 
@@ -190,7 +190,7 @@ TEST_CASE("The live bytes equal a recount of every page's LSS state", "[llama][l
   // Short chains, so that flushes also rewrite pages whole for the limit.
   o.max_lss_chain = GENERATE(0u, 4u);
   auto mem = NewMemEnv();
-  Workload w(mem.get(), o, seed);
+  LiveWorkload w(mem.get(), o, seed);
   for (int round = 0; round < 6; ++round) {
     for (int i = 0; i < 400; ++i) w.Step();
     INFO("seed " << seed << " max_lss_chain " << o.max_lss_chain << " round " << round);

@@ -34,7 +34,7 @@ struct CrashWorkload {
 
 // Opens, recovers and writes; stops at the first error (the injected one).
 void RunWorkload(Env* env, uint64_t seed, CrashWorkload* w) {
-  Result<std::unique_ptr<LogStructuredStore>> r = LogStructuredStore::Open(env, kDir, SmallOptions());
+  Result<std::unique_ptr<LogStructuredStore>> r = LogStructuredStore::Open(env, kDir, SmallLssOptions());
   if (!r.ok()) return;
   std::unique_ptr<LogStructuredStore> lss = std::move(r).value();
   Status s = lss->Recover(kNullAddress, [](LssAddress, const RecordHeader&, Slice, bool) {
@@ -150,7 +150,7 @@ void CrashDuringConcurrentWrites(int rounds) {
     std::mutex mu;
     {
       std::vector<Seen> seen;
-      auto lss = OpenAndRecover(&fault, &seen, SmallOptions(/*io_threads=*/2));
+      auto lss = OpenAndRecover(&fault, &seen, SmallLssOptions(/*io_threads=*/2));
       fault.FailNth(FaultInjectionEnv::Op::kAny, n, Code::kIOError);
       std::vector<std::thread> writers;
       for (int t = 0; t < 3; ++t) {
@@ -293,7 +293,7 @@ TEST_CASE("damage below the recorded stable point is Corruption even in the last
   }
   REQUIRE(stable > last);
   REQUIRE(fault.CorruptRange(SegPath(0), last + 700, 8, 2).ok());
-  LssOptions o = SmallOptions();
+  LssOptions o = SmallLssOptions();
   SECTION("the damaged buffer lies below the stable point") {
     o.stable_floor = stable;
     auto lss = MustOpen(&fault, o);

@@ -21,7 +21,7 @@ namespace {
 using namespace lss_test;
 
 LssOptions LazyOptions(int io_threads) {
-  LssOptions o = SmallOptions(io_threads);
+  LssOptions o = SmallLssOptions(io_threads);
   o.sync_on_write = false;
   return o;
 }

@@ -239,7 +239,7 @@ TEST_CASE("reservation limits and padding at the end of a segment", "[dc][llama]
 TEST_CASE("a reservation too big for a short buffer pads it with a void record",
           "[dc][llama][lss]") {
   std::unique_ptr<Env> env = NewMemEnv();
-  LssOptions o = SmallOptions();
+  LssOptions o = SmallLssOptions();
   o.buffer_size = 96 * 1024;
   std::vector<Seen> seen;
   auto lss = OpenAndRecover(env.get(), &seen, o);
@@ -263,7 +263,7 @@ TEST_CASE("a reservation too big for a short buffer pads it with a void record",
   lss.reset();
   seen.clear();
   // Reopened with smaller buffers: positions follow from the buffer headers.
-  lss = OpenAndRecover(env.get(), &seen, SmallOptions());
+  lss = OpenAndRecover(env.get(), &seen, SmallLssOptions());
   REQUIRE(seen.size() == 3);
   for (size_t i = 0; i < 3; ++i) CHECK(seen[i].address == addrs[i]);
   CHECK(lss->identity().buffer_size == 96 * 1024);
@@ -286,7 +286,7 @@ void ConcurrentWorkload(int io_threads, int per_thread) {
   std::vector<std::vector<std::pair<LssAddress, LssAddress>>> stable_seen(kWriters);
   {
     std::vector<Seen> seen;
-    auto lss = OpenAndRecover(env.get(), &seen, SmallOptions(io_threads));
+    auto lss = OpenAndRecover(env.get(), &seen, SmallLssOptions(io_threads));
     std::atomic<bool> done{false};
     std::atomic<int> errors{0};
     std::thread stabilizer([&] {
@@ -343,7 +343,7 @@ void ConcurrentWorkload(int io_threads, int per_thread) {
     }
   }
   std::vector<Seen> seen;
-  auto lss = OpenAndRecover(env.get(), &seen, SmallOptions(io_threads));
+  auto lss = OpenAndRecover(env.get(), &seen, SmallLssOptions(io_threads));
   std::map<LssAddress, const Seen*> by_address;
   for (const Seen& s : seen) {
     REQUIRE(s.header.type == RecordType::kBase);  // no void surfaces
@@ -474,7 +474,7 @@ TEST_CASE("Hi-Stable does not jump over a buffer whose I/O completes late",
   std::unique_ptr<Env> mem = NewMemEnv();
   BlockingEnv env(mem.get(), SegPath(0), kThirdBuffer);
   std::vector<Seen> seen;
-  auto lss = OpenAndRecover(&env, &seen, SmallOptions(/*io_threads=*/2));
+  auto lss = OpenAndRecover(&env, &seen, SmallLssOptions(/*io_threads=*/2));
   ReleaseAtExit release{&env};
   const std::vector<LssAddress> addrs = PutFiveBuffers(lss.get());
   CHECK(addrs[2] == kThirdBuffer + kBufferHeaderSize);
@@ -504,7 +504,7 @@ TEST_CASE("a buffer written after one lost in a crash is cut, not taken for corr
   {
     BlockingEnv env(&fault, SegPath(0), kThirdBuffer);
     std::vector<Seen> seen;
-    auto lss = OpenAndRecover(&env, &seen, SmallOptions(/*io_threads=*/2));
+    auto lss = OpenAndRecover(&env, &seen, SmallLssOptions(/*io_threads=*/2));
     ReleaseAtExit release{&env};
     addrs = PutFiveBuffers(lss.get());
     REQUIRE(WaitFor([&] { return lss->GetStats().buffers_written == 3 && env.blocked(); }));
@@ -560,7 +560,7 @@ TEST_CASE("an I/O error in the I/O threads fails the store", "[dc][llama][lss]")
   std::unique_ptr<Env> mem = NewMemEnv();
   FaultInjectionEnv fault(mem.get(), seed);
   std::vector<Seen> seen;
-  auto lss = OpenAndRecover(&fault, &seen, SmallOptions(/*io_threads=*/2));
+  auto lss = OpenAndRecover(&fault, &seen, SmallLssOptions(/*io_threads=*/2));
   fault.FailNth(FaultInjectionEnv::Op::kSync, 3, Code::kIOError);
   Status s;
   for (int i = 0; i < 200 && s.ok(); ++i) {
@@ -591,27 +591,27 @@ TEST_CASE("opening checks IDENTITY, segment files and options", "[dc][llama][lss
   }
 
   SECTION("bad options") {
-    LssOptions o = SmallOptions();
+    LssOptions o = SmallLssOptions();
     o.segment_size = kSeg + 4096;
     CHECK(LogStructuredStore::Open(env.get(), "/other", o).status().IsInvalidArgument());
-    o = SmallOptions();
+    o = SmallLssOptions();
     o.buffer_size = kSeg;  // more than half a segment
     CHECK(LogStructuredStore::Open(env.get(), "/other", o).status().IsInvalidArgument());
-    o = SmallOptions();
+    o = SmallLssOptions();
     o.buffer_size = kBuf + 100;
     CHECK(LogStructuredStore::Open(env.get(), "/other", o).status().IsInvalidArgument());
-    o = SmallOptions();
+    o = SmallLssOptions();
     o.buffer_count = 1;
     CHECK(LogStructuredStore::Open(env.get(), "/other", o).status().IsInvalidArgument());
   }
   SECTION("another segment size than the store's") {
-    LssOptions o = SmallOptions();
+    LssOptions o = SmallLssOptions();
     o.segment_size = 2 * kSeg;
     CHECK(LogStructuredStore::Open(env.get(), kDir, o).status().IsInvalidArgument());
   }
   SECTION("a foreign IDENTITY is StoreMismatch") {
     REQUIRE(WriteStringToFile(env.get(), std::string(64, 'z'), kDir + "/IDENTITY", true).ok());
-    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallOptions()).status().code() ==
+    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallLssOptions()).status().code() ==
           Code::kStoreMismatch);
   }
   SECTION("a newer IDENTITY is NotSupported") {
@@ -621,7 +621,7 @@ TEST_CASE("opening checks IDENTITY, segment files and options", "[dc][llama][lss
     id.segment_size = kSeg;
     id.buffer_size = kBuf;
     REQUIRE(WriteStringToFile(env.get(), EncodeIdentity(id), kDir + "/IDENTITY", true).ok());
-    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallOptions()).status().code() ==
+    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallLssOptions()).status().code() ==
           Code::kNotSupported);
   }
   SECTION("a damaged IDENTITY is Corruption") {
@@ -629,7 +629,7 @@ TEST_CASE("opening checks IDENTITY, segment files and options", "[dc][llama][lss
     REQUIRE(data.ok());
     (*data)[20] ^= 1;
     REQUIRE(WriteStringToFile(env.get(), *data, kDir + "/IDENTITY", true).ok());
-    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallOptions()).status().IsCorruption());
+    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallLssOptions()).status().IsCorruption());
   }
   SECTION("the IDENTITY of another store is StoreMismatch") {
     // Another store's IDENTITY put in front of these segment files.
@@ -638,14 +638,14 @@ TEST_CASE("opening checks IDENTITY, segment files and options", "[dc][llama][lss
     id.segment_size = kSeg;
     id.buffer_size = kBuf;
     REQUIRE(WriteStringToFile(env.get(), EncodeIdentity(id), kDir + "/IDENTITY", true).ok());
-    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallOptions()).status().code() ==
+    CHECK(LogStructuredStore::Open(env.get(), kDir, SmallLssOptions()).status().code() ==
           Code::kStoreMismatch);
   }
 }
 
 TEST_CASE("released segments are deleted or recycled", "[dc][llama][lss]") {
   std::unique_ptr<Env> env = NewMemEnv();
-  LssOptions o = SmallOptions();
+  LssOptions o = SmallLssOptions();
   o.recycle_pool = 1;
   std::vector<Seen> seen;
   auto lss = OpenAndRecover(env.get(), &seen, o);
@@ -809,7 +809,7 @@ TEST_CASE("the LSS works on the real file system", "[dc][llama][lss]") {
   std::map<LssAddress, std::string> written;
   {
     Result<std::unique_ptr<LogStructuredStore>> r =
-        LogStructuredStore::Open(env, dir, SmallOptions(/*io_threads=*/1));
+        LogStructuredStore::Open(env, dir, SmallLssOptions(/*io_threads=*/1));
     REQUIRE(r.ok());
     std::unique_ptr<LogStructuredStore> lss = std::move(r).value();
     std::vector<Seen> seen;
@@ -824,7 +824,7 @@ TEST_CASE("the LSS works on the real file system", "[dc][llama][lss]") {
   }
   {
     Result<std::unique_ptr<LogStructuredStore>> r =
-        LogStructuredStore::Open(env, dir, SmallOptions(/*io_threads=*/1));
+        LogStructuredStore::Open(env, dir, SmallLssOptions(/*io_threads=*/1));
     REQUIRE(r.ok());
     std::unique_ptr<LogStructuredStore> lss = std::move(r).value();
     std::vector<Seen> seen;

@@ -19,7 +19,7 @@ constexpr uint64_t kBuf = 64 * 1024;
 constexpr size_t kFullRecordPayload = kBuf - kBufferHeaderSize - kRecordHeaderSize;  // fills a buffer
 inline const std::string kDir = "/db";
 
-inline LssOptions SmallOptions(int io_threads = 0) {
+inline LssOptions SmallLssOptions(int io_threads = 0) {
   LssOptions o;
   o.segment_size = kSeg;
   o.buffer_size = kBuf;
@@ -52,7 +52,7 @@ struct Seen {
   bool in_transaction;
 };
 
-inline std::unique_ptr<LogStructuredStore> MustOpen(Env* env, const LssOptions& o = SmallOptions()) {
+inline std::unique_ptr<LogStructuredStore> MustOpen(Env* env, const LssOptions& o = SmallLssOptions()) {
   Result<std::unique_ptr<LogStructuredStore>> r = LogStructuredStore::Open(env, kDir, o);
   INFO(r.status().ToString());
   REQUIRE(r.ok());
@@ -67,7 +67,7 @@ inline Status Collect(LogStructuredStore* lss, std::vector<Seen>* out, LssAddres
 }
 
 inline std::unique_ptr<LogStructuredStore> OpenAndRecover(Env* env, std::vector<Seen>* seen,
-                                                   const LssOptions& o = SmallOptions()) {
+                                                   const LssOptions& o = SmallLssOptions()) {
   auto lss = MustOpen(env, o);
   Status s = Collect(lss.get(), seen);
   INFO(s.ToString());

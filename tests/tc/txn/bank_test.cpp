@@ -10,18 +10,11 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/tc/txn/bank_accounts.h"
 #include "tests/tc/txn/tc_harness.h"
 
 namespace deuteron::test {
 namespace {
-
-std::string Account(int i) {
-  char buf[16];
-  snprintf(buf, sizeof buf, "acct%05d", i);
-  return buf;
-}
-
-constexpr int64_t kInitial = 100;
 
 bool Retryable(const Status& s) { return s.code() == Code::kDeadlock || s.code() == Code::kTimedOut; }
 

@@ -14,6 +14,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "tests/tc/txn/bank_accounts.h"
 #include "tests/tc/txn/tc_harness.h"
 
 namespace deuteron::test {
@@ -22,14 +23,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 
-std::string Account(int i) {
-  char buf[16];
-  snprintf(buf, sizeof buf, "acct%05d", i);
-  return buf;
-}
 std::string Counter(int w) { return "count/" + std::to_string(w); }
-
-constexpr int64_t kInitial = 100;
 
 tc::TxnOptions Options() {
   tc::TxnOptions o = TcHarness::Defaults();
@@ -41,7 +35,7 @@ tc::TxnOptions Options() {
 
 // What a client may see while the DC fails: lock conflicts, and the DC's
 // absence.
-bool Retryable(const Status& s) {
+bool RetryableWhileDcFails(const Status& s) {
   return s.code() == Code::kDeadlock || s.code() == Code::kTimedOut || s.code() == Code::kUnavailable;
 }
 
@@ -102,7 +96,7 @@ struct Bank {
             ++acked[w];
           } else {
             if (s.code() == Code::kUnavailable) unavailable.fetch_add(1);
-            errors.Expect(Retryable(s), "worker " + std::to_string(w) + ": " + s.ToString());
+            errors.Expect(RetryableWhileDcFails(s), "worker " + std::to_string(w) + ": " + s.ToString());
           }
         }
       });

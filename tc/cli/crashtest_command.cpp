@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <thrift/TOutput.h>
 
@@ -44,6 +45,9 @@ struct CrashtestArgs {
   std::string kill_point_probability = "0.05";
   uint64_t io_fault_max_n = 40;
   std::string check_history;  // a saved list-append history to check offline
+  // rpc: the most each rpc cycle's per-frame probabilities may be (each
+  // drawn uniformly in [0, this]); the defaults are CrashOptions'.
+  double rpc_delay = 0.2, rpc_drop = 0.02, rpc_reset = 0.02, rpc_duplicate = 0.05;
 };
 
 std::string Self() {
@@ -90,6 +94,10 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.list_append_threads = a.list_append_threads;
   o.break_contract = a.break_contract;
   o.until_violation = a.until_violation;
+  o.rpc_faults.delay_p = a.rpc_delay;
+  o.rpc_faults.drop_p = a.rpc_drop;
+  o.rpc_faults.reset_p = a.rpc_reset;
+  o.rpc_faults.duplicate_p = a.rpc_duplicate;
   if (!o.break_contract.empty()) {
     if (!fault::HooksCompiled()) {
       std::fprintf(stderr, "deuteron crashtest: --break needs a build with fault hooks\n");
@@ -203,6 +211,16 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                   "enospc, eio: the Nth write or sync after the server starts fails, N uniform in 1..this")
       ->check(Within(1, 1000000))
       ->type_name("N");
+  for (auto [name, what, p] : {std::tuple{"--rpc-delay", "delays a frame (up to 20 ms)", &a->rpc_delay},
+                                std::tuple{"--rpc-drop", "drops a frame (closing the connection)", &a->rpc_drop},
+                                std::tuple{"--rpc-reset", "resets the connection", &a->rpc_reset},
+                                std::tuple{"--rpc-duplicate", "sends a request again, late", &a->rpc_duplicate}}) {
+    cmd->add_option(name, *p,
+                    std::string("rpc: the most likely each rpc cycle's proxy ") + what +
+                        " (per frame; each cycle draws its probability uniformly in 0..this)")
+        ->check(CLI::Range(0.0, 1.0).description(""))
+        ->type_name("P");
+  }
   cmd->add_flag("--json", a->json, "print the report as one JSON object on standard output");
   cmd->add_option("--dir", a->dir,
                   "a new or empty run directory, kept (default: a temporary one, removed when clean)")

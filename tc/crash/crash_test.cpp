@@ -12,6 +12,7 @@
 
 #include "tc/crash/bitflip.h"
 #include "tc/crash/history/isolation_checker.h"
+#include "tc/crash/lsn_probe.h"
 #include "tc/crash/run_program.h"
 
 namespace deuteron::crash {
@@ -20,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// stall: how long the disk takes no writes before the power loss.
+constexpr uint64_t kMinStallMs = 350, kMaxStallMs = 1000;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -147,7 +151,22 @@ Status CrashTest::Verify(client::Client& client, const std::string& what) {
   // The next cycle starts from what the store holds now (verified, or the
   // violation recorded and not counted twice).
   oracle_ = std::make_unique<cli::BankOracle>(contents->balances);
+  if (Status f = CheckFutureRecords(what); !f.ok()) return f;
   if (lists_ != nullptr) return CheckLists(client, what);
+  return Status::OK();
+}
+
+Status CrashTest::CheckFutureRecords(const std::string& what) {
+  Result<FutureRecords> f = FindFutureRecords("127.0.0.1", cluster_.tc_port(), "127.0.0.1", cluster_.dc_port());
+  if (!f.ok()) return f.status().WithContext("the LSN probe");
+  ++report_.lsn_probes;
+  if (f->count != 0) {
+    std::string list;
+    for (const std::string& e : f->examples) list += (list.empty() ? "" : ", ") + e;
+    Violation(what + ": the DC holds " + std::to_string(f->count) + " key" + (f->count == 1 ? "" : "s") +
+              " at an LSN at or above the TC's log tail " + std::to_string(f->log_tail) +
+              " (records from a lost log tail; contract 1): " + list);
+  }
   return Status::OK();
 }
 
@@ -315,9 +334,9 @@ bool CrashTest::CountKillPoint(const std::string& text) {
 }
 
 Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
-  // 0 the TC, 1 the DC, 2 both (power loss and torn writes only).
-  const bool both_ok = kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn;
-  const uint64_t target = rng.Uniform(both_ok ? 3 : 2);
+  // 0 the TC, 1 the DC, 2 both (power loss, torn writes and stalls only).
+  const bool power = kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn || kind == FaultKind::kStall;
+  const uint64_t target = rng.Uniform(power ? 3 : 2);
   static constexpr const char* kTargets[] = {"tc", "dc", "both"};
   const bool on_tc = target != 1, on_dc = target != 0;
   const uint64_t fault_seed = rng.Next() % 1000000007;
@@ -335,6 +354,14 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
     case FaultKind::kTorn:
       env = "DEUTERON_FAULT_ENV=torn,seed:" + std::to_string(fault_seed);
       expect = "deuteron: torn write";
+      break;
+    case FaultKind::kStall:
+      // Longer than the TC's checkpoint interval (300 ms), so that an RSSP
+      // proposal (a DC flush) usually falls inside the stall: commits go on
+      // reaching the DC while the log cannot move (crash.md, "stall").
+      env = "DEUTERON_FAULT_ENV=powerloss,stall:" + std::to_string(kMinStallMs + rng.Uniform(kMaxStallMs - kMinStallMs + 1)) +
+            ",seed:" + std::to_string(fault_seed);
+      expect = "deuteron: power loss";
       break;
     case FaultKind::kEnospc:
     case FaultKind::kEio:
@@ -380,7 +407,7 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
   }
   if (!died_at_start && cluster_.tc_running()) {
     Status s = RunLoad(rng, cycle, [&] {
-      if (kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn) {
+      if (power) {
         if (on_tc) cluster_.SignalTc(SIGUSR2);
         if (on_dc) cluster_.SignalDc(SIGUSR2);
       }

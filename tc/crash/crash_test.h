@@ -111,6 +111,9 @@ class CrashTest {
   // Errors: what reading returned (the caller decides whether an error is
   // a detection or a failure).
   Status Verify(client::Client& client, const std::string& what);
+  // The LSN probe (lsn_probe.h): a key the DC holds at or above the TC's
+  // log tail is a violation. Errors: the probe's calls failed.
+  Status CheckFutureRecords(const std::string& what);
   // Reads every list, checks the whole history so far; anomalies not seen
   // before are violations.
   Status CheckLists(client::Client& client, const std::string& what);

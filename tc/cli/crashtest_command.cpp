@@ -40,6 +40,7 @@ struct CrashtestArgs {
   bool list_kill_points = false;
   bool check_crashed = false;
   uint32_t list_append_threads = 1;
+  uint32_t range_threads = 0;
   std::string break_contract;
   bool until_violation = false;
   std::string kill_point_probability = "0.05";
@@ -92,6 +93,7 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.io_fault_max_n = a.io_fault_max_n;
   o.check_crashed = a.check_crashed;
   o.list_append_threads = a.list_append_threads;
+  o.range_threads = a.range_threads;
   o.break_contract = a.break_contract;
   o.until_violation = a.until_violation;
   o.rpc_faults.delay_p = a.rpc_delay;
@@ -233,6 +235,12 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
   cmd->add_option("--list-append-threads", a->list_append_threads,
                   "client threads running the list-append workload whose history is checked for "
                   "isolation anomalies after every recovery (0 to 16; 0: none)")
+      ->check(Within(0, 16))
+      ->type_name("N");
+  cmd->add_option("--range-threads", a->range_threads,
+                  "client threads running the range workload (each transaction scans a group of keys "
+                  "and inserts into it or empties it; a group over its cap is a phantom), checked after "
+                  "every recovery (0 to 16; 0: none)")
       ->check(Within(0, 16))
       ->type_name("N");
   cmd->add_option("--think-ms", a->think_ms,

@@ -60,7 +60,7 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
   }
   j += ",\"store_checks\":" + std::to_string(store_checks);
   j += ",\"lsn_probes\":" + std::to_string(lsn_probes);
-  if (phantom_txns > 0) j += ",\"range_txns\":" + std::to_string(phantom_txns);
+  if (range_txns > 0) j += ",\"range_txns\":" + std::to_string(range_txns);
   if (!break_contract.empty()) j += ",\"break\":" + JsonString(break_contract);
   j += ",\"first_violation_cycle\":" + std::to_string(first_violation_cycle);
   j += ",\"violations\":[";

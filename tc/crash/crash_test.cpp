@@ -124,6 +124,14 @@ Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<voi
         }
       });
     }
+    for (uint32_t i = 0; ranges_ != nullptr && i < o_.range_threads; ++i) {
+      lists.emplace_back([&, i] {
+        Random64 range_rng(load_seed + 104729 * (i + 1));
+        while (!stop.load(std::memory_order_relaxed)) {
+          if (!ranges_->RunOne(**c, range_rng).ok()) std::this_thread::sleep_for(milliseconds(2));
+        }
+      });
+    }
     load.Start();
     std::this_thread::sleep_for(window);
     fault();
@@ -135,7 +143,10 @@ Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<voi
 }
 
 Status CrashTest::Verify(client::Client& client, const std::string& what) {
-  Result<StoreContents> contents = ReadStore(client, o_.bank, lists_ != nullptr ? lists_->options().key_prefix : "");
+  std::vector<std::string> others;
+  if (lists_ != nullptr) others.push_back(lists_->options().key_prefix);
+  if (ranges_ != nullptr) others.push_back(ranges_->options().prefix);
+  Result<StoreContents> contents = ReadStore(client, o_.bank, others);
   if (!contents.ok()) return contents.status();
   report_.keys_checked += contents->keys;
   for (const std::string& p : contents->problems) Violation(what + ": " + p);
@@ -152,6 +163,12 @@ Status CrashTest::Verify(client::Client& client, const std::string& what) {
   // violation recorded and not counted twice).
   oracle_ = std::make_unique<cli::BankOracle>(contents->balances);
   if (Status f = CheckFutureRecords(what); !f.ok()) return f;
+  if (ranges_ != nullptr) {
+    Status r = ranges_->CheckAll(client);
+    for (const std::string& v : ranges_->TakeViolations()) Violation(what + ": " + v);
+    report_.range_txns = ranges_->committed();
+    if (!r.ok()) return r;
+  }
   if (lists_ != nullptr) return CheckLists(client, what);
   return Status::OK();
 }
@@ -532,6 +549,7 @@ Result<CrashReport> CrashTest::Run() {
     lo.keys = 16;
     lists_ = std::make_unique<ListAppendWorkload>(lo, history_.get());
   }
+  if (o_.range_threads > 0) ranges_ = std::make_unique<RangeWorkload>(o_.range);
   Random64 rng(o_.seed);
   std::vector<FaultKind> round;
   for (uint64_t cycle = 1; cycle <= o_.cycles; ++cycle) {

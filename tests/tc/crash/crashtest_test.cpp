@@ -112,6 +112,39 @@ TEST_CASE("power loss, torn write, kill point and I/O error cycles through the h
   if (r->violations.empty()) std::filesystem::remove_all(o.dir);
 }
 
+// The stall fault and the LSN probe (crash.md, "Records from the future"):
+// clean, a stalled disk's power loss verifies and every probe passes; with
+// the DC's ESL check skipped, the commits that reached the DC while the
+// TC's log could not move are flushed by the stall's RSSP proposal, the
+// log loses them, and the probe finds them above the recovered log's tail.
+TEST_CASE("stall cycles verify, and find a DC flush above the ESL when esl_check is broken",
+          "[crash][crashtest][stall]") {
+  if (!fault::HooksCompiled()) return;
+  const bool broken = GENERATE(false, true);
+  CrashOptions o = Short({FaultKind::kStall}, broken ? 6 : 2);
+  o.seed = 5;
+  if (broken) {
+    o.break_contract = "esl_check";
+    o.until_violation = true;
+  }
+  CrashTest test(o);
+  Result<CrashReport> r = test.Run();
+  REQUIRE(r.ok());
+  INFO("run directory " << o.dir << (broken ? " (esl_check broken)" : ""));
+  for (const std::string& v : r->violations) UNSCOPED_INFO(v);
+  CHECK(r->lsn_probes >= 1);
+  if (!broken) {
+    CHECK(r->violations.empty());
+    CHECK(r->faults[static_cast<size_t>(FaultKind::kStall)] == 2);
+  } else {
+    REQUIRE(r->first_violation_cycle != 0);
+    bool probe = false;
+    for (const std::string& v : r->violations) probe = probe || v.find("above the TC's log tail") != std::string::npos;
+    CHECK(probe);
+  }
+  if (r->violations.empty() || broken) std::filesystem::remove_all(o.dir);
+}
+
 TEST_CASE("deuteron crashtest prints its JSON report and exits 0 when clean", "[crash][crashtest]") {
   const std::string dir = TempDir();
   const std::string out = dir + ".out";

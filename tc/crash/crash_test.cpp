@@ -174,7 +174,8 @@ Status CrashTest::Verify(client::Client& client, const std::string& what) {
 }
 
 Status CrashTest::CheckFutureRecords(const std::string& what) {
-  Result<FutureRecords> f = FindFutureRecords("127.0.0.1", cluster_.tc_port(), "127.0.0.1", cluster_.dc_port());
+  Result<FutureRecords> f =
+      FindFutureRecords("127.0.0.1", cluster_.tc_port(), "127.0.0.1", cluster_.dc_port());
   if (!f.ok()) return f.status().WithContext("the LSN probe");
   ++report_.lsn_probes;
   if (f->count != 0) {
@@ -376,7 +377,8 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
       // Longer than the TC's checkpoint interval (300 ms), so that an RSSP
       // proposal (a DC flush) usually falls inside the stall: commits go on
       // reaching the DC while the log cannot move (crash.md, "stall").
-      env = "DEUTERON_FAULT_ENV=powerloss,stall:" + std::to_string(kMinStallMs + rng.Uniform(kMaxStallMs - kMinStallMs + 1)) +
+      env = "DEUTERON_FAULT_ENV=powerloss,stall:" +
+            std::to_string(kMinStallMs + rng.Uniform(kMaxStallMs - kMinStallMs + 1)) +
             ",seed:" + std::to_string(fault_seed);
       expect = "deuteron: power loss";
       break;

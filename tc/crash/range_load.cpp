@@ -78,7 +78,7 @@ Status RangeWorkload::CheckAll(client::Client& client) {
     std::lock_guard<std::mutex> l(mu_);
     violations_.push_back("range workload: " + GroupPrefix(g) + " holds " + std::to_string(groups[g].size()) +
                           " keys (" + list + "), more than the " + std::to_string(o_.cap) +
-                          " every transaction allows: a phantom");
+                          " every transaction allows: a phantom, or an acknowledged delete lost");
   }
   if (over.empty()) return Status::OK();
   return client.Run([&](client::Transaction& t) -> Status {
@@ -96,7 +96,8 @@ std::vector<std::string> RangeWorkload::TakeViolations() {
     violations_.insert(violations_.begin(),
                        "range workload: " + std::to_string(phantom_scans_) + " committed transaction" +
                            (phantom_scans_ == 1 ? "" : "s") + " saw more than the " + std::to_string(o_.cap) +
-                           " key" + (o_.cap == 1 ? "" : "s") + " a group may hold (a phantom); the first: " +
+                           " key" + (o_.cap == 1 ? "" : "s") +
+                           " a group may hold (a phantom, or an acknowledged delete lost); the first: " +
                            first_phantom_);
     phantom_scans_ = 0;
   }

@@ -187,7 +187,7 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
       ->type_name("S");
   cmd->add_option("--faults", a->faults,
                   "comma-separated fault kinds: kill, killpoint, powerloss, torn, bitflip, enospc, eio, "
-                  "rpc (all but kill, bitflip and rpc need a build with fault hooks)")
+                  "rpc, stall (all but kill, bitflip and rpc need a build with fault hooks)")
       ->type_name("LIST");
   cmd->add_flag("--list-kill-points", a->list_kill_points,
                 "print the kill points compiled into this build, one per line, and exit");

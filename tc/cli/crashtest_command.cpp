@@ -218,8 +218,8 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                                 std::tuple{"--rpc-reset", "resets the connection", &a->rpc_reset},
                                 std::tuple{"--rpc-duplicate", "sends a request again, late", &a->rpc_duplicate}}) {
     cmd->add_option(name, *p,
-                    std::string("rpc: the most likely each rpc cycle's proxy ") + what +
-                        " (per frame; each cycle draws its probability uniformly in 0..this)")
+                    std::string("rpc: the highest per-frame probability that the proxy ") + what +
+                        " (each rpc cycle draws its own uniformly in 0..this)")
         ->check(CLI::Range(0.0, 1.0).description(""))
         ->type_name("P");
   }

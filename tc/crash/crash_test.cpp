@@ -226,11 +226,21 @@ Status CrashTest::StopAndCheck(const std::string& what) {
 Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
   const uint64_t target = rng.Uniform(3);  // 0 the TC, 1 the DC, 2 both
   static constexpr const char* kTargets[] = {"tc", "dc", "both"};
+  // What died is restarted at once, while the clients still run: a TC
+  // whose DC died holds their calls up to its dc_wait (5 s), which would
+  // otherwise all be spent before the restart (crash.md, "kill").
+  const bool check_crashed = target == 2 && o_.check_crashed;
+  Clock::time_point start{};
+  Status restarted;
   Status s = RunLoad(rng, cycle, [&] {
     if (target != 1) cluster_.KillTc();
     if (target != 0) cluster_.KillDc();
+    if (check_crashed) return;  // checked below while both are down
+    start = Clock::now();
+    restarted = StartBoth();
   });
   if (!s.ok()) return s;
+  if (!restarted.ok()) return restarted;
   ++report_.faults[static_cast<size_t>(FaultKind::kKill)];
   if (target == 2 && o_.check_crashed) {
     // Both down: what `deuteron check` says of a crashed store (crash.md).
@@ -250,8 +260,10 @@ Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
       }
     }
   }
-  const auto start = Clock::now();
-  if (Status r = StartBoth(); !r.ok()) return r;
+  if (check_crashed) {
+    start = Clock::now();
+    if (Status r = StartBoth(); !r.ok()) return r;
+  }
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
   if (!c.ok()) return c.status();
   const double ms = MsSince(start);
@@ -424,40 +436,51 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
   if (on_tc && !died_at_start) {
     if (Status st = start_armed(false); !st.ok()) return st;
   }
+  // At the end of the window: collect how each armed server ended (killed
+  // if still running), then bring back what is down, unarmed, while the
+  // clients still run: a TC whose DC is down holds their calls up to its
+  // dc_wait (5 s), which would otherwise all be spent before the restart.
+  Clock::time_point start{};
+  Status restarted;
+  bool collected = false;
+  auto collect_and_restart = [&] {
+    collected = true;
+    for (const bool dc : {false, true}) {
+      if (dc ? !on_dc : !on_tc) continue;
+      if (dc ? !cluster_.dc_running() : !cluster_.tc_running()) continue;
+      const milliseconds wait = expect.empty() || kind == FaultKind::kKillPoint ? milliseconds(0)
+                                                                                : milliseconds(10000);
+      Result<std::string> line = dc ? cluster_.WaitDcLine(expect.empty() ? "deuteron: " : expect, wait)
+                                    : cluster_.WaitTcLine(expect.empty() ? "deuteron: " : expect, wait);
+      if (kind == FaultKind::kKillPoint) {
+        if (line.ok()) CountKillPoint(*line);
+      } else if (!expect.empty() && !line.ok()) {
+        Violation(what + ": no \"" + expect + "\" line after SIGUSR2: " + line.status().ToString());
+      } else if (expect.empty()) {
+        if (dc ? cluster_.dc_running() : cluster_.tc_running()) ++report_.io_faults_survived;
+        line.status().PermitUncheckedError();
+      }
+      if (dc) {
+        cluster_.KillDc();
+      } else {
+        cluster_.KillTc();
+      }
+    }
+    start = Clock::now();
+    restarted = StartBoth();
+  };
   if (!died_at_start && cluster_.tc_running()) {
     Status s = RunLoad(rng, cycle, [&] {
       if (power) {
         if (on_tc) cluster_.SignalTc(SIGUSR2);
         if (on_dc) cluster_.SignalDc(SIGUSR2);
       }
+      collect_and_restart();
     });
     if (!s.ok()) Progress("%s: the workload could not start: %s", what.c_str(), s.ToString().c_str());
   }
-  // Collect how each armed server ended.
-  for (const bool dc : {false, true}) {
-    if (dc ? !on_dc : !on_tc) continue;
-    if (dc ? !cluster_.dc_running() : !cluster_.tc_running()) continue;
-    const milliseconds wait = expect.empty() || kind == FaultKind::kKillPoint ? milliseconds(0)
-                                                                              : milliseconds(10000);
-    Result<std::string> line = dc ? cluster_.WaitDcLine(expect.empty() ? "deuteron: " : expect, wait)
-                                  : cluster_.WaitTcLine(expect.empty() ? "deuteron: " : expect, wait);
-    if (kind == FaultKind::kKillPoint) {
-      if (line.ok()) CountKillPoint(*line);
-    } else if (!expect.empty() && !line.ok()) {
-      Violation(what + ": no \"" + expect + "\" line after SIGUSR2: " + line.status().ToString());
-    } else if (expect.empty()) {
-      if (dc ? cluster_.dc_running() : cluster_.tc_running()) ++report_.io_faults_survived;
-      line.status().PermitUncheckedError();
-    }
-    if (dc) {
-      cluster_.KillDc();
-    } else {
-      cluster_.KillTc();
-    }
-  }
-  // Bring back what is down, unarmed, and verify.
-  const auto start = Clock::now();
-  if (Status r = StartBoth(); !r.ok()) return r;
+  if (!collected) collect_and_restart();
+  if (!restarted.ok()) return restarted;
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
   if (!c.ok() && (kind == FaultKind::kEnospc || kind == FaultKind::kEio) &&
       c.status().message().find("the TC has failed") != std::string_view::npos) {

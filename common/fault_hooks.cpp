@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -117,6 +118,7 @@ struct PowerState {
   CrashMode mode = CrashMode::kDropUnsynced;
   uint64_t fail_at = 0;                    // enospc:N / eio:N (0: none)
   Code fail_code = Code::kOk;
+  uint64_t stall_ms = 0;                   // stall:MS: frozen this long before the crash
   std::atomic<uint64_t> counted{0};        // write and sync calls so far
   std::atomic<bool> frozen{false};
   std::mutex crash_mu;                     // one power loss at a time
@@ -215,6 +217,10 @@ class FreezableEnv final : public EnvWrapper {
   PowerState& p = Power();
   std::lock_guard<std::mutex> l(p.crash_mu);  // a second caller waits for the SIGKILL
   p.frozen.store(true, std::memory_order_release);
+  // stall:MS: the disk takes no writes for a while before the power goes;
+  // every other thread runs on meanwhile (network calls included), and a
+  // writer blocks at the freeze.
+  if (p.stall_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(p.stall_ms));
   Status s = p.fault_env->SimulateCrash(p.mode);
   if (!s.ok()) WriteLine("deuteron: power loss simulation failed: " + s.ToString() + "\n");
   WriteLine(p.mode == CrashMode::kTearUnsynced ? "deuteron: torn write\n" : "deuteron: power loss\n");
@@ -304,6 +310,7 @@ struct FaultEnvConfig {
   uint64_t fail_at = 0;
   Code fail_code = Code::kOk;
   uint64_t seed = 1;
+  uint64_t stall_ms = 0;
 };
 
 Result<FaultEnvConfig> ParseFaultEnv(const std::string& value) {
@@ -325,11 +332,16 @@ Result<FaultEnvConfig> ParseFaultEnv(const std::string& value) {
       c.fail_code = head == "enospc" ? Code::kNoSpace : Code::kIOError;
     } else if (head == "seed" && has_n) {
       c.seed = n;
+    } else if (head == "stall" && has_n && n <= 60000) {
+      c.stall_ms = n;
     } else {
       return Status::InvalidArgument("DEUTERON_FAULT_ENV: unknown mode '" + mode +
-                                     "' (want powerloss, torn, enospc:N, eio:N, seed:S)");
+                                     "' (want powerloss, torn, enospc:N, eio:N, seed:S, stall:MS)");
     }
     start = comma + 1;
+  }
+  if (c.stall_ms != 0 && !c.powerloss) {
+    return Status::InvalidArgument("DEUTERON_FAULT_ENV: stall:MS needs powerloss or torn");
   }
   return c;
 }
@@ -404,6 +416,7 @@ Result<Env*> SetUpFromEnvironment() {
   p.mode = fe.mode;
   p.fail_at = fe.fail_at;
   p.fail_code = fe.fail_code;
+  p.stall_ms = fe.stall_ms;
   p.fault_env = new FaultInjectionEnv(Env::Posix(), fe.seed);  // process-wide, never destroyed
   p.env = new FreezableEnv(p.fault_env);
   if (p.powerloss) StartPowerLossThread();

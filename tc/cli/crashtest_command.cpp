@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <thrift/TOutput.h>
 
@@ -39,11 +40,15 @@ struct CrashtestArgs {
   bool list_kill_points = false;
   bool check_crashed = false;
   uint32_t list_append_threads = 1;
+  uint32_t range_threads = 0;
   std::string break_contract;
   bool until_violation = false;
   std::string kill_point_probability = "0.05";
   uint64_t io_fault_max_n = 40;
   std::string check_history;  // a saved list-append history to check offline
+  // rpc: the most each rpc cycle's per-frame probabilities may be (each
+  // drawn uniformly in [0, this]); the defaults are CrashOptions'.
+  double rpc_delay = 0.2, rpc_drop = 0.02, rpc_reset = 0.02, rpc_duplicate = 0.05;
 };
 
 std::string Self() {
@@ -88,8 +93,13 @@ int RunCrashtest(const CrashtestArgs& a) {
   o.io_fault_max_n = a.io_fault_max_n;
   o.check_crashed = a.check_crashed;
   o.list_append_threads = a.list_append_threads;
+  o.range_threads = a.range_threads;
   o.break_contract = a.break_contract;
   o.until_violation = a.until_violation;
+  o.rpc_faults.delay_p = a.rpc_delay;
+  o.rpc_faults.drop_p = a.rpc_drop;
+  o.rpc_faults.reset_p = a.rpc_reset;
+  o.rpc_faults.duplicate_p = a.rpc_duplicate;
   if (!o.break_contract.empty()) {
     if (!fault::HooksCompiled()) {
       std::fprintf(stderr, "deuteron crashtest: --break needs a build with fault hooks\n");
@@ -177,7 +187,7 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
       ->type_name("S");
   cmd->add_option("--faults", a->faults,
                   "comma-separated fault kinds: kill, killpoint, powerloss, torn, bitflip, enospc, eio, "
-                  "rpc (all but kill, bitflip and rpc need a build with fault hooks)")
+                  "rpc, stall (all but kill, bitflip and rpc need a build with fault hooks)")
       ->type_name("LIST");
   cmd->add_flag("--list-kill-points", a->list_kill_points,
                 "print the kill points compiled into this build, one per line, and exit");
@@ -203,6 +213,16 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
                   "enospc, eio: the Nth write or sync after the server starts fails, N uniform in 1..this")
       ->check(Within(1, 1000000))
       ->type_name("N");
+  for (auto [name, what, p] : {std::tuple{"--rpc-delay", "delays a frame (up to 20 ms)", &a->rpc_delay},
+                                std::tuple{"--rpc-drop", "drops a frame (closing the connection)", &a->rpc_drop},
+                                std::tuple{"--rpc-reset", "resets the connection", &a->rpc_reset},
+                                std::tuple{"--rpc-duplicate", "sends a request again, late", &a->rpc_duplicate}}) {
+    cmd->add_option(name, *p,
+                    std::string("rpc: the highest per-frame probability that the proxy ") + what +
+                        " (each rpc cycle draws its own uniformly in 0..this)")
+        ->check(CLI::Range(0.0, 1.0).description(""))
+        ->type_name("P");
+  }
   cmd->add_flag("--json", a->json, "print the report as one JSON object on standard output");
   cmd->add_option("--dir", a->dir,
                   "a new or empty run directory, kept (default: a temporary one, removed when clean)")
@@ -215,6 +235,12 @@ void AddCrashtestCommand(CLI::App& app, Runner& runner) {
   cmd->add_option("--list-append-threads", a->list_append_threads,
                   "client threads running the list-append workload whose history is checked for "
                   "isolation anomalies after every recovery (0 to 16; 0: none)")
+      ->check(Within(0, 16))
+      ->type_name("N");
+  cmd->add_option("--range-threads", a->range_threads,
+                  "client threads running the range workload (each transaction scans a group of keys "
+                  "and inserts into it or empties it; a group over its cap is a phantom), checked after "
+                  "every recovery (0 to 16; 0: none)")
       ->check(Within(0, 16))
       ->type_name("N");
   cmd->add_option("--think-ms", a->think_ms,

@@ -36,7 +36,7 @@ Status LoadAccounts(client::Client& client, const BankOptions& o) {
 }
 
 Result<StoreContents> ReadStore(client::Client& client, const BankOptions& o,
-                                std::string_view other_prefix) {
+                                const std::vector<std::string>& other_prefixes) {
   StoreContents c;
   Status s = client.Run([&](client::Transaction& t) -> Status {
     c = StoreContents();
@@ -45,7 +45,9 @@ Result<StoreContents> ReadStore(client::Client& client, const BankOptions& o,
     for (; it.Valid(); it.Next()) {
       ++c.keys;
       const std::string& key = it.key();
-      if (!other_prefix.empty() && key.compare(0, other_prefix.size(), other_prefix) == 0) continue;
+      bool other = false;
+      for (const std::string& p : other_prefixes) other = other || key.compare(0, p.size(), p) == 0;
+      if (other) continue;
       if (key.compare(0, kPrefix.size(), kPrefix) != 0) {
         c.problems.push_back("a key no workload wrote: \"" + key + "\"");
         continue;

@@ -46,10 +46,10 @@ struct StoreContents {
   // `other_prefix`. Empty when the store is well formed.
   std::vector<std::string> problems;
 };
-// Keys starting with `other_prefix` (another workload's, e.g. "la/") are
-// counted and left to their own check; empty: none allowed.
+// Keys starting with one of `other_prefixes` (other workloads', e.g.
+// "la/") are counted and left to their own checks; empty: none allowed.
 Result<StoreContents> ReadStore(client::Client& client, const BankOptions& o,
-                                std::string_view other_prefix);
+                                const std::vector<std::string>& other_prefixes);
 
 // Client threads making transfers until Stop().
 class TransferLoad {

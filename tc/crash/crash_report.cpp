@@ -59,6 +59,8 @@ std::string CrashReport::ToJson(const std::vector<FaultKind>& enabled) const {
     j += ",\"crashed_store_check_failures\":" + std::to_string(crashed_store_check_failures);
   }
   j += ",\"store_checks\":" + std::to_string(store_checks);
+  j += ",\"lsn_probes\":" + std::to_string(lsn_probes);
+  if (range_txns > 0) j += ",\"range_txns\":" + std::to_string(range_txns);
   if (!break_contract.empty()) j += ",\"break\":" + JsonString(break_contract);
   j += ",\"first_violation_cycle\":" + std::to_string(first_violation_cycle);
   j += ",\"violations\":[";

@@ -34,6 +34,8 @@ struct CrashReport {
   uint64_t crashed_store_checks = 0;          // --check-crashed runs
   uint64_t crashed_store_check_failures = 0;  // of those, not clean
   uint64_t store_checks = 0;       // `deuteron check` runs on the stopped store
+  uint64_t lsn_probes = 0;         // LSN probes run (lsn_probe.h), one per verification
+  uint64_t range_txns = 0;       // range workload transactions acknowledged (range_load.h)
   std::vector<double> recovery_ms;  // restart to first transaction served, per recovery
   std::vector<std::string> violations;
   uint64_t first_violation_cycle = 0;  // 0: none

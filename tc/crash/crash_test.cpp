@@ -12,6 +12,7 @@
 
 #include "tc/crash/bitflip.h"
 #include "tc/crash/history/isolation_checker.h"
+#include "tc/crash/lsn_probe.h"
 #include "tc/crash/run_program.h"
 
 namespace deuteron::crash {
@@ -20,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+
+// stall: how long the disk takes no writes before the power loss.
+constexpr uint64_t kMinStallMs = 350, kMaxStallMs = 1000;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -120,6 +124,14 @@ Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<voi
         }
       });
     }
+    for (uint32_t i = 0; ranges_ != nullptr && i < o_.range_threads; ++i) {
+      lists.emplace_back([&, i] {
+        Random64 range_rng(load_seed + 104729 * (i + 1));
+        while (!stop.load(std::memory_order_relaxed)) {
+          if (!ranges_->RunOne(**c, range_rng).ok()) std::this_thread::sleep_for(milliseconds(2));
+        }
+      });
+    }
     load.Start();
     std::this_thread::sleep_for(window);
     fault();
@@ -131,7 +143,10 @@ Status CrashTest::RunLoad(Random64& rng, uint64_t cycle, const std::function<voi
 }
 
 Status CrashTest::Verify(client::Client& client, const std::string& what) {
-  Result<StoreContents> contents = ReadStore(client, o_.bank, lists_ != nullptr ? lists_->options().key_prefix : "");
+  std::vector<std::string> others;
+  if (lists_ != nullptr) others.push_back(lists_->options().key_prefix);
+  if (ranges_ != nullptr) others.push_back(ranges_->options().prefix);
+  Result<StoreContents> contents = ReadStore(client, o_.bank, others);
   if (!contents.ok()) return contents.status();
   report_.keys_checked += contents->keys;
   for (const std::string& p : contents->problems) Violation(what + ": " + p);
@@ -147,7 +162,29 @@ Status CrashTest::Verify(client::Client& client, const std::string& what) {
   // The next cycle starts from what the store holds now (verified, or the
   // violation recorded and not counted twice).
   oracle_ = std::make_unique<cli::BankOracle>(contents->balances);
+  if (Status f = CheckFutureRecords(what); !f.ok()) return f;
+  if (ranges_ != nullptr) {
+    Status r = ranges_->CheckAll(client);
+    for (const std::string& v : ranges_->TakeViolations()) Violation(what + ": " + v);
+    report_.range_txns = ranges_->committed();
+    if (!r.ok()) return r;
+  }
   if (lists_ != nullptr) return CheckLists(client, what);
+  return Status::OK();
+}
+
+Status CrashTest::CheckFutureRecords(const std::string& what) {
+  Result<FutureRecords> f =
+      FindFutureRecords("127.0.0.1", cluster_.tc_port(), "127.0.0.1", cluster_.dc_port());
+  if (!f.ok()) return f.status().WithContext("the LSN probe");
+  ++report_.lsn_probes;
+  if (f->count != 0) {
+    std::string list;
+    for (const std::string& e : f->examples) list += (list.empty() ? "" : ", ") + e;
+    Violation(what + ": the DC holds " + std::to_string(f->count) + " key" + (f->count == 1 ? "" : "s") +
+              " at an LSN at or above the TC's log tail " + std::to_string(f->log_tail) +
+              " (records from a lost log tail; contract 1): " + list);
+  }
   return Status::OK();
 }
 
@@ -189,11 +226,21 @@ Status CrashTest::StopAndCheck(const std::string& what) {
 Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
   const uint64_t target = rng.Uniform(3);  // 0 the TC, 1 the DC, 2 both
   static constexpr const char* kTargets[] = {"tc", "dc", "both"};
+  // What died is restarted at once, while the clients still run: a TC
+  // whose DC died holds their calls up to its dc_wait (5 s), which would
+  // otherwise all be spent before the restart (crash.md, "kill").
+  const bool check_crashed = target == 2 && o_.check_crashed;
+  Clock::time_point start{};
+  Status restarted;
   Status s = RunLoad(rng, cycle, [&] {
     if (target != 1) cluster_.KillTc();
     if (target != 0) cluster_.KillDc();
+    if (check_crashed) return;  // checked below while both are down
+    start = Clock::now();
+    restarted = StartBoth();
   });
   if (!s.ok()) return s;
+  if (!restarted.ok()) return restarted;
   ++report_.faults[static_cast<size_t>(FaultKind::kKill)];
   if (target == 2 && o_.check_crashed) {
     // Both down: what `deuteron check` says of a crashed store (crash.md).
@@ -213,8 +260,10 @@ Status CrashTest::KillCycle(Random64& rng, uint64_t cycle) {
       }
     }
   }
-  const auto start = Clock::now();
-  if (Status r = StartBoth(); !r.ok()) return r;
+  if (check_crashed) {
+    start = Clock::now();
+    if (Status r = StartBoth(); !r.ok()) return r;
+  }
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
   if (!c.ok()) return c.status();
   const double ms = MsSince(start);
@@ -315,9 +364,9 @@ bool CrashTest::CountKillPoint(const std::string& text) {
 }
 
 Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
-  // 0 the TC, 1 the DC, 2 both (power loss and torn writes only).
-  const bool both_ok = kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn;
-  const uint64_t target = rng.Uniform(both_ok ? 3 : 2);
+  // 0 the TC, 1 the DC, 2 both (power loss, torn writes and stalls only).
+  const bool power = kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn || kind == FaultKind::kStall;
+  const uint64_t target = rng.Uniform(power ? 3 : 2);
   static constexpr const char* kTargets[] = {"tc", "dc", "both"};
   const bool on_tc = target != 1, on_dc = target != 0;
   const uint64_t fault_seed = rng.Next() % 1000000007;
@@ -335,6 +384,15 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
     case FaultKind::kTorn:
       env = "DEUTERON_FAULT_ENV=torn,seed:" + std::to_string(fault_seed);
       expect = "deuteron: torn write";
+      break;
+    case FaultKind::kStall:
+      // Longer than the TC's checkpoint interval (300 ms), so that an RSSP
+      // proposal (a DC flush) usually falls inside the stall: commits go on
+      // reaching the DC while the log cannot move (crash.md, "stall").
+      env = "DEUTERON_FAULT_ENV=powerloss,stall:" +
+            std::to_string(kMinStallMs + rng.Uniform(kMaxStallMs - kMinStallMs + 1)) +
+            ",seed:" + std::to_string(fault_seed);
+      expect = "deuteron: power loss";
       break;
     case FaultKind::kEnospc:
     case FaultKind::kEio:
@@ -378,40 +436,51 @@ Status CrashTest::HookCycle(FaultKind kind, Random64& rng, uint64_t cycle) {
   if (on_tc && !died_at_start) {
     if (Status st = start_armed(false); !st.ok()) return st;
   }
+  // At the end of the window: collect how each armed server ended (killed
+  // if still running), then bring back what is down, unarmed, while the
+  // clients still run: a TC whose DC is down holds their calls up to its
+  // dc_wait (5 s), which would otherwise all be spent before the restart.
+  Clock::time_point start{};
+  Status restarted;
+  bool collected = false;
+  auto collect_and_restart = [&] {
+    collected = true;
+    for (const bool dc : {false, true}) {
+      if (dc ? !on_dc : !on_tc) continue;
+      if (dc ? !cluster_.dc_running() : !cluster_.tc_running()) continue;
+      const milliseconds wait = expect.empty() || kind == FaultKind::kKillPoint ? milliseconds(0)
+                                                                                : milliseconds(10000);
+      Result<std::string> line = dc ? cluster_.WaitDcLine(expect.empty() ? "deuteron: " : expect, wait)
+                                    : cluster_.WaitTcLine(expect.empty() ? "deuteron: " : expect, wait);
+      if (kind == FaultKind::kKillPoint) {
+        if (line.ok()) CountKillPoint(*line);
+      } else if (!expect.empty() && !line.ok()) {
+        Violation(what + ": no \"" + expect + "\" line after SIGUSR2: " + line.status().ToString());
+      } else if (expect.empty()) {
+        if (dc ? cluster_.dc_running() : cluster_.tc_running()) ++report_.io_faults_survived;
+        line.status().PermitUncheckedError();
+      }
+      if (dc) {
+        cluster_.KillDc();
+      } else {
+        cluster_.KillTc();
+      }
+    }
+    start = Clock::now();
+    restarted = StartBoth();
+  };
   if (!died_at_start && cluster_.tc_running()) {
     Status s = RunLoad(rng, cycle, [&] {
-      if (kind == FaultKind::kPowerLoss || kind == FaultKind::kTorn) {
+      if (power) {
         if (on_tc) cluster_.SignalTc(SIGUSR2);
         if (on_dc) cluster_.SignalDc(SIGUSR2);
       }
+      collect_and_restart();
     });
     if (!s.ok()) Progress("%s: the workload could not start: %s", what.c_str(), s.ToString().c_str());
   }
-  // Collect how each armed server ended.
-  for (const bool dc : {false, true}) {
-    if (dc ? !on_dc : !on_tc) continue;
-    if (dc ? !cluster_.dc_running() : !cluster_.tc_running()) continue;
-    const milliseconds wait = expect.empty() || kind == FaultKind::kKillPoint ? milliseconds(0)
-                                                                              : milliseconds(10000);
-    Result<std::string> line = dc ? cluster_.WaitDcLine(expect.empty() ? "deuteron: " : expect, wait)
-                                  : cluster_.WaitTcLine(expect.empty() ? "deuteron: " : expect, wait);
-    if (kind == FaultKind::kKillPoint) {
-      if (line.ok()) CountKillPoint(*line);
-    } else if (!expect.empty() && !line.ok()) {
-      Violation(what + ": no \"" + expect + "\" line after SIGUSR2: " + line.status().ToString());
-    } else if (expect.empty()) {
-      if (dc ? cluster_.dc_running() : cluster_.tc_running()) ++report_.io_faults_survived;
-      line.status().PermitUncheckedError();
-    }
-    if (dc) {
-      cluster_.KillDc();
-    } else {
-      cluster_.KillTc();
-    }
-  }
-  // Bring back what is down, unarmed, and verify.
-  const auto start = Clock::now();
-  if (Status r = StartBoth(); !r.ok()) return r;
+  if (!collected) collect_and_restart();
+  if (!restarted.ok()) return restarted;
   Result<std::unique_ptr<client::Client>> c = AwaitReady(o_.recovery_timeout);
   if (!c.ok() && (kind == FaultKind::kEnospc || kind == FaultKind::kEio) &&
       c.status().message().find("the TC has failed") != std::string_view::npos) {
@@ -505,6 +574,7 @@ Result<CrashReport> CrashTest::Run() {
     lo.keys = 16;
     lists_ = std::make_unique<ListAppendWorkload>(lo, history_.get());
   }
+  if (o_.range_threads > 0) ranges_ = std::make_unique<RangeWorkload>(o_.range);
   Random64 rng(o_.seed);
   std::vector<FaultKind> round;
   for (uint64_t cycle = 1; cycle <= o_.cycles; ++cycle) {

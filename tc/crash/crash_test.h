@@ -31,6 +31,7 @@
 #include "tc/crash/history/history.h"
 #include "tc/crash/history/list_append.h"
 #include "tc/crash/proxy/rpc_proxy.h"
+#include "tc/crash/range_load.h"
 
 namespace deuteron::crash {
 
@@ -54,6 +55,10 @@ struct CrashOptions {
   // (0: none); its history is checked for isolation anomalies after every
   // recovery and saved as history.jsonl in the run directory.
   uint32_t list_append_threads = 1;
+  // Client threads running the range workload (range_load.h) next to the
+  // bank (0: none); its groups are checked after every recovery.
+  uint32_t range_threads = 0;
+  RangeOptions range;
   // After each kill of both servers, run `deuteron check` on the crashed
   // store too (counted in crashed_store_check_failures, not a violation:
   // crash.md).
@@ -111,6 +116,9 @@ class CrashTest {
   // Errors: what reading returned (the caller decides whether an error is
   // a detection or a failure).
   Status Verify(client::Client& client, const std::string& what);
+  // The LSN probe (lsn_probe.h): a key the DC holds at or above the TC's
+  // log tail is a violation. Errors: the probe's calls failed.
+  Status CheckFutureRecords(const std::string& what);
   // Reads every list, checks the whole history so far; anomalies not seen
   // before are violations.
   Status CheckLists(client::Client& client, const std::string& what);
@@ -127,6 +135,7 @@ class CrashTest {
   std::unique_ptr<RpcProxy> proxy_;  // with rpc: the TC's way to the DC
   std::unique_ptr<History> history_;
   std::unique_ptr<ListAppendWorkload> lists_;
+  std::unique_ptr<RangeWorkload> ranges_;
   std::set<std::string> anomalies_seen_;
 };
 

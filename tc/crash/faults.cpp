@@ -6,7 +6,7 @@ namespace deuteron::crash {
 namespace {
 
 constexpr std::array<std::string_view, kFaultKinds> kNames = {
-    "kill", "killpoint", "powerloss", "torn", "bitflip", "enospc", "eio", "rpc"};
+    "kill", "killpoint", "powerloss", "torn", "bitflip", "enospc", "eio", "rpc", "stall"};
 
 }  // namespace
 
@@ -33,7 +33,7 @@ Result<std::vector<FaultKind>> ParseFaults(std::string_view list) {
     const auto it = std::find(kNames.begin(), kNames.end(), name);
     if (it == kNames.end()) {
       return Status::InvalidArgument("unknown fault \"" + std::string(name) +
-                                     "\" (kill, killpoint, powerloss, torn, bitflip, enospc, eio, rpc)");
+                                     "\" (kill, killpoint, powerloss, torn, bitflip, enospc, eio, rpc, stall)");
     }
     const auto kind = static_cast<FaultKind>(it - kNames.begin());
     if (std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {

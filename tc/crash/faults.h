@@ -24,10 +24,12 @@ enum class FaultKind {
   kEnospc = 5,     // the Nth write or sync fails with ENOSPC (hooks)
   kEio = 6,        // the Nth write or sync fails with EIO (hooks)
   kRpc = 7,        // a proxy between TC and DC delays, drops, resets, duplicates
+  kStall = 8,      // the disk stops taking writes for a while, then power loss (hooks)
 };
-inline constexpr size_t kFaultKinds = 8;
+inline constexpr size_t kFaultKinds = 9;
 
-// "kill", "killpoint", "powerloss", "torn", "bitflip", "enospc", "eio", "rpc".
+// "kill", "killpoint", "powerloss", "torn", "bitflip", "enospc", "eio", "rpc",
+// "stall".
 std::string_view FaultName(FaultKind kind);
 
 // Whether the kind works only against servers built with fault hooks.

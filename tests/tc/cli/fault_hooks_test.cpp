@@ -307,6 +307,8 @@ TEST_CASE("fault hooks: malformed variables refuse to start with exit 2", "[tc][
            {"DEUTERON_KILL_POINT", "dc.flush.after_write:0"},
            {"DEUTERON_KILL_POINT", "*:1.5:3"},
            {"DEUTERON_FAULT_ENV", "powerloss,enospc:x"},
+           {"DEUTERON_FAULT_ENV", "stall:100"},  // a stall needs powerloss or torn
+           {"DEUTERON_FAULT_ENV", "powerloss,stall:x"},
            {"DEUTERON_BREAK", "everything"}}) {
     INFO(var << "=" << value);
     const std::string dir = TempDir();

@@ -50,7 +50,7 @@ TEST_CASE("transfers recorded in the oracle match the store, with the total kept
   load.Stop();
   CHECK(load.acknowledged() > 0);
   CHECK(load.in_doubt() == 0);  // nothing failed
-  Result<StoreContents> c = ReadStore(*s.client, o, "");
+  Result<StoreContents> c = ReadStore(*s.client, o, {});
   REQUIRE(c.ok());
   CHECK(c->problems.empty());
   CHECK(c->keys == o.accounts);
@@ -71,7 +71,7 @@ TEST_CASE("ReadStore reports missing and unknown keys, bad and negative balances
   BankOptions o;
   o.accounts = 4;
   REQUIRE(LoadAccounts(*s.client, o).ok());
-  Result<StoreContents> clean = ReadStore(*s.client, o, "");
+  Result<StoreContents> clean = ReadStore(*s.client, o, {});
   REQUIRE(clean.ok());
   CHECK(clean->problems.empty());
   CHECK(clean->balances == std::vector<int64_t>(4, o.initial_balance));
@@ -82,7 +82,7 @@ TEST_CASE("ReadStore reports missing and unknown keys, bad and negative balances
   REQUIRE(s.Put("zzz", "1").ok());
   REQUIRE(s.Put(AccountKey(9), "1").ok());
   REQUIRE(s.Put("la/1", "[]").ok());
-  Result<StoreContents> bad = ReadStore(*s.client, o, "");
+  Result<StoreContents> bad = ReadStore(*s.client, o, {});
   REQUIRE(bad.ok());
   CHECK(Mentions(*bad, "account " + AccountKey(2) + " is missing"));
   CHECK(Mentions(*bad, "negative balance -5"));
@@ -92,7 +92,7 @@ TEST_CASE("ReadStore reports missing and unknown keys, bad and negative balances
   CHECK(Mentions(*bad, "\"la/1\""));
   CHECK(bad->balances.size() == 4);
   // Another workload's prefix is left alone.
-  Result<StoreContents> other = ReadStore(*s.client, o, "la/");
+  Result<StoreContents> other = ReadStore(*s.client, o, {"la/"});
   REQUIRE(other.ok());
   CHECK_FALSE(Mentions(*other, "la/1"));
   CHECK(other->keys == bad->keys);

@@ -8,7 +8,7 @@ namespace deuteron::crash {
 namespace {
 
 TEST_CASE("fault lists parse in order; unknown and repeated names are refused", "[crash]") {
-  Result<std::vector<FaultKind>> all = ParseFaults("kill,killpoint,powerloss,torn,bitflip,enospc,eio,rpc");
+  Result<std::vector<FaultKind>> all = ParseFaults("kill,killpoint,powerloss,torn,bitflip,enospc,eio,rpc,stall");
   REQUIRE(all.ok());
   REQUIRE(all->size() == kFaultKinds);
   for (size_t i = 0; i < kFaultKinds; ++i) CHECK(static_cast<size_t>((*all)[i]) == i);
@@ -24,6 +24,7 @@ TEST_CASE("fault lists parse in order; unknown and repeated names are refused", 
   CHECK_FALSE(NeedsHooks(FaultKind::kRpc));
   CHECK(NeedsHooks(FaultKind::kKillPoint));
   CHECK(NeedsHooks(FaultKind::kEnospc));
+  CHECK(NeedsHooks(FaultKind::kStall));
 }
 
 TEST_CASE("the report is one JSON object with every field the issue names", "[crash]") {

@@ -83,7 +83,7 @@ bool DamageEntry(Env* env, uint64_t pid, F entry) {
 
 // Opens the store and reads everything; every read must end with an answer
 // or a typed error other than Busy (a retry budget spent on a damaged
-// tree), and the whole within `budget`.
+// tree), and the whole within seconds.
 void OpenAndReadAll(Env* env, const std::string& what) {
   INFO(what);
   const auto start = std::chrono::steady_clock::now();
@@ -107,7 +107,7 @@ void OpenAndReadAll(Env* env, const std::string& what) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                       std::chrono::steady_clock::now() - start)
                       .count();
-  CHECK(ms < 2000);
+  CHECK(ms < 5000);  // before the fix: 14 to 37 s in a debug build, or no answer
 }
 
 }  // namespace

@@ -270,6 +270,7 @@ Status BwTree::RefreshRoot() {
 Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path,
                        bool search_target) {
   constexpr uint32_t kAnyLevel = std::numeric_limits<uint32_t>::max();
+  DeadPages dead;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     if (attempt > 0) counters_->restarts.Add();
     PageId pid = root_.load(std::memory_order_acquire);
@@ -321,6 +322,9 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
                 (before ? (!low.empty() && key <= low) : key < low);
       }
       if (stale) {
+        // A page private to a system transaction is published by its
+        // commit; any other dead page met again after its repair is damage.
+        if (head != nullptr || !llama_->IsPrivate(pid)) RETURN_IF_ERROR(dead.Met(pid, "a descent"));
         if (at.routed) RETURN_IF_ERROR(RepairRoute(at.parent_level, at.route_low, pid));
         // A root freed by a collapse: the meta page names the new one.
         if (expect == kAnyLevel) RETURN_IF_ERROR(RefreshRoot());
@@ -371,10 +375,19 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         pid = c.child;
         continue;
       }
-      if (c.outcome != LookupOutcome::kRedirect) break;  // stale route: start over
+      if (c.outcome != LookupOutcome::kRedirect) {
+        // The key below every route of a page whose low key is at or below
+        // it: only a damaged page answers so, and no repair follows.
+        RETURN_IF_ERROR(dead.Met(pid, "a descent"));
+        break;  // start over
+      }
       if (c.redirect_kind != RedirectKind::kMerge) {
-        // A split (or a B-link move) whose index entry is missing: help post it.
-        RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
+        // A split (or a B-link move) whose index entry is missing: help post
+        // it, unless the sibling has no state (private to its split's
+        // transaction, or dead: the next hop restarts past it; a route
+        // posted to it would only be settled back).
+        ASSIGN_OR_RETURN(bool live, HasState(c.redirect));
+        if (live) RETURN_IF_ERROR(PostIndexEntry(level + 1, c.redirect_key, pid, c.redirect));
         if (at.routed) heal = {true, at.parent_level, at.route_low, pid, 0};
         // The next page's low key is at or below the route's: the routed
         // page never held the route's range (right moves within the range
@@ -390,6 +403,15 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
     }
   }
   return Status::Busy("bw-tree: descent did not settle");
+}
+
+Result<bool> BwTree::HasState(PageId pid) {
+  Result<const PageNode*> r = llama_->Read(pid);
+  if (!r.ok()) {
+    if (r.status().IsNotFound()) return false;
+    return r.status();
+  }
+  return *r != nullptr;
 }
 
 Status BwTree::HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to) {
@@ -431,6 +453,13 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
     if (need_record) return Lookup(head, key, options_.limits, through_remove, base);
     return RouteOf(head, key, through_remove, base);
   };
+  DeadPages dead;
+  // A page a link led to that has no state: a restart, unless the same page
+  // keeps answering so (a split's sibling is private until its commit).
+  auto dead_end = [&](PageId to) -> Status {
+    if (llama_->IsPrivate(to)) return Status::OK();
+    return dead.Met(to, "a leaf search");
+  };
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Path path;
     RETURN_IF_ERROR(Descend(key, false, 0, &path, need_record));
@@ -469,6 +498,7 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
             Result<const PageNode*> sib = llama_->Read(r.redirect);
             if (!sib.ok() || *sib == nullptr) {
               if (sib.ok() || sib.status().IsNotFound()) {
+                RETURN_IF_ERROR(dead_end(r.redirect));
                 restart = true;
                 break;
               }
@@ -493,6 +523,13 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
               return Status::OK();
             }
           } else {
+            // As in Descend: no route posted to a sibling without state.
+            ASSIGN_OR_RETURN(bool live, HasState(r.redirect));
+            if (!live) {
+              RETURN_IF_ERROR(dead_end(r.redirect));
+              restart = true;
+              break;
+            }
             RETURN_IF_ERROR(PostIndexEntry(1, r.redirect_key, pid, r.redirect));
             // Right moves straight from the routed leaf past the route's
             // low key: the route did not lead to the leaf holding it.
@@ -505,6 +542,7 @@ Status BwTree::Locate(Slice key, Located* out, bool need_record) {
           Result<const PageNode*> next = llama_->Read(pid);
           if (!next.ok() || *next == nullptr) {
             if (next.ok() || next.status().IsNotFound()) {
+              RETURN_IF_ERROR(dead_end(pid));
               restart = true;
               break;
             }

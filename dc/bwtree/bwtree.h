@@ -122,6 +122,7 @@ struct ScanOptions {
 };
 
 class BwTree;
+class DeadPages;  // internal/bwtree_impl.h
 
 // A cursor over a key range. It holds a private copy of the current leaf's
 // records in range, so a concurrent change never invalidates it; moving past
@@ -444,11 +445,16 @@ class BwTree {
   // stale (far left of its range, a valid but long B-link entry) heals on
   // first use.
   Status HealRoute(uint32_t parent_level, Slice route_low, PageId from, PageId to);
+  // Whether the page reads with a state (false: free, empty, or private to
+  // a system transaction); its load's error otherwise.
+  Result<bool> HasState(PageId pid);
   // The route for `key` at `level` (after right moves); false when the
   // descent met a stale state, or a merge or root collapse under way that
   // it helped along (the caller tries again). NotFound when the tree has no
-  // such level (a root collapse took it away).
-  Result<bool> FindRoute(uint32_t level, Slice key, Route* out);
+  // such level (a root collapse took it away). With `dead`, the caller's
+  // retry loop's dead pages: a right move to one met too often is
+  // Corruption (internal/bwtree_impl.h, DeadPages).
+  Result<bool> FindRoute(uint32_t level, Slice key, Route* out, DeadPages* dead = nullptr);
   // Posts an index-entry or index-term-delete delta [low, route's next) ->
   // child over the route's state (a page at `level`); the installed node, or
   // null if it raced or the page was at its byte bound (then restructured

@@ -269,9 +269,10 @@ Status BwTree::CompleteMerge(PageId removed, PageId* left_out, std::vector<PageI
     // to it is handed to the left neighbour.
     std::string key = low;
     const uint32_t parent_level = level + 1;
+    DeadPages dead;
     for (int step = 0; step < kMaxAttempts; ++step) {
       Route route;
-      Result<bool> found = FindRoute(parent_level, key, &route);
+      Result<bool> found = FindRoute(parent_level, key, &route, &dead);
       if (!found.ok() && found.status().IsNotFound()) {
         // No parent level any more (a root collapse, which a level holding
         // a merge under way never allows): nothing routes to the page.

@@ -5,6 +5,7 @@ namespace deuteron::bwtree {
 
 Status BwTree::ReadLeaf(Slice key, bool before, Leaf* leaf) {
   auto guard = llama_->Enter();
+  DeadPages dead;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Path path;
     RETURN_IF_ERROR(Descend(key, before, 0, &path));
@@ -13,7 +14,10 @@ Status BwTree::ReadLeaf(Slice key, bool before, Leaf* leaf) {
     for (int hop = 0; hop < kMaxHops; ++hop) {
       LeafImage image;
       Status s = GatherLeaf(head, Reader(), &image);
-      if (s.IsNotFound()) break;
+      if (s.IsNotFound()) {
+        if (!llama_->IsPrivate(pid)) RETURN_IF_ERROR(dead.Met(pid, "a leaf read"));
+        break;
+      }
       RETURN_IF_ERROR(s);
       if (image.removed) {
         RETURN_IF_ERROR(CompleteMerge(pid));
@@ -26,13 +30,22 @@ Status BwTree::ReadLeaf(Slice key, bool before, Leaf* leaf) {
       const bool beyond = !h.high_infinite && (before ? key > h.high_key : key >= h.high_key);
       if (beyond) {
         Result<const PageNode*> next = llama_->Read(h.right_sibling);
-        if (!next.ok() || *next == nullptr) break;
+        if (!next.ok() || *next == nullptr) {
+          if (!next.ok() && !next.status().IsNotFound()) return next.status();
+          if (!llama_->IsPrivate(h.right_sibling)) {
+            RETURN_IF_ERROR(dead.Met(h.right_sibling, "a leaf read"));
+          }
+          break;
+        }
         pid = h.right_sibling;
         head = *next;
         continue;
       }
       const bool below = before ? (key <= h.low_key && !h.low_key.empty()) : key < h.low_key;
-      if (below) break;  // a stale route: start over
+      if (below) {  // a stale route: start over
+        RETURN_IF_ERROR(dead.Met(pid, "a leaf read"));
+        break;
+      }
       ASSIGN_OR_RETURN(std::vector<LeafRecord> records, VisibleRecords(image));
       leaf->items.clear();
       leaf->items.reserve(records.size());

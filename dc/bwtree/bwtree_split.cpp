@@ -171,11 +171,15 @@ Status BwTree::SplitNode(PageId pid, uint32_t level) {
 // over: a freed PID is not reused while this thread's guard is held.
 Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target,
                            PageId fallback) {
+  DeadPages dead;
   for (int i = 0; i < kMaxHops; ++i) {
     Result<const PageNode*> r = llama_->Read(target);
     if (!r.ok() || *r == nullptr) {
       if (r.ok() || !r.status().IsNotFound()) return r.status();
       if (fallback == 0) return Status::OK();
+      // The fallback's own link leading back here (a dead sibling) would
+      // move the route to and fro until kMaxHops, posting each time.
+      if (!llama_->IsPrivate(target)) RETURN_IF_ERROR(dead.Met(target, "a route's settling"));
       RETURN_IF_ERROR(Reroute(level, key, target, fallback));
       target = fallback;
       fallback = 0;
@@ -198,7 +202,7 @@ Status BwTree::SettleRoute(uint32_t level, const std::string& key, PageId target
   return Status::OK();
 }
 
-Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
+Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out, DeadPages* dead) {
   Path path;
   Status s = Descend(key, false, level, &path);
   // NotFound: no such level (a root collapse took it away since the
@@ -233,7 +237,13 @@ Result<bool> BwTree::FindRoute(uint32_t level, Slice key, Route* out) {
       return false;
     }
     Result<const PageNode*> next = llama_->Read(c.redirect);
-    if (!next.ok() || *next == nullptr) return false;
+    if (!next.ok() || *next == nullptr) {
+      if (!next.ok() && !next.status().IsNotFound()) return next.status();
+      if (dead != nullptr && !llama_->IsPrivate(c.redirect)) {
+        RETURN_IF_ERROR(dead->Met(c.redirect, "a route search"));
+      }
+      return false;
+    }
     pid = c.redirect;
     head = *next;
   }
@@ -267,9 +277,10 @@ Result<const PageNode*> BwTree::PostRoute(const Route& route, uint32_t level, De
 }
 
 Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
+  DeadPages dead;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     Route route;
-    Result<bool> found = FindRoute(level, key, &route);
+    Result<bool> found = FindRoute(level, key, &route, &dead);
     if (!found.ok() && found.status().IsNotFound()) return Status::OK();  // the level is gone
     RETURN_IF_ERROR(found.status());
     if (!*found) continue;
@@ -285,6 +296,7 @@ Status BwTree::Reroute(uint32_t level, Slice key, PageId from, PageId to) {
 Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId left, PageId right,
                               bool span, const std::optional<std::string>& until) {
   std::string key = separator.ToString();  // the caller's slice may go stale
+  DeadPages dead;
   for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     const PageId root = root_.load(std::memory_order_acquire);
     Result<const PageNode*> root_head = llama_->Read(root);
@@ -303,7 +315,7 @@ Status BwTree::PostIndexEntry(uint32_t parent_level, Slice separator, PageId lef
       return Status::OK();
     }
     Route route;
-    Result<bool> found = FindRoute(parent_level, key, &route);
+    Result<bool> found = FindRoute(parent_level, key, &route, &dead);
     if (!found.ok() && found.status().IsNotFound()) continue;  // the root collapsed: look again
     RETURN_IF_ERROR(found.status());
     if (!*found) continue;

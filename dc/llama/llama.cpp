@@ -672,6 +672,11 @@ Result<const PageNode*> Llama::ReadState(PageId pid, bool hide_private) {
   }
 }
 
+bool Llama::IsPrivate(PageId pid) {
+  std::lock_guard<std::mutex> lock(att_mu_);
+  return private_pages_.count(pid) != 0;
+}
+
 const PageNode* Llama::ReadResident(PageId pid) {
   if (pid == 0 || pid >= mapping_->high_water()) return nullptr;
   const uint64_t e = mapping_->Load(pid);

@@ -164,6 +164,11 @@ class Llama {
   // private to an open system transaction (its owner updates it through
   // TUpdateD and never reads it here: a route that reaches it is stale).
   Result<const PageNode*> Read(PageId pid);
+  // Whether the page is private to an open system transaction (Read's
+  // NotFound then passes once the transaction commits or aborts), as opposed
+  // to free or empty. For callers telling a passing NotFound from a dead
+  // page; takes a lock, so for rare paths only.
+  bool IsPrivate(PageId pid);
   // The page's head when its whole state is in memory (what Read returns
   // without any work); null otherwise: not allocated, empty, on the LSS or
   // partly swapped out, where the caller takes Read. For lean read paths.

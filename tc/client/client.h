@@ -20,8 +20,12 @@
 // or Abort, or after a lock failure aborted it), TooLarge (a key or value
 // over the TC's limits), InvalidArgument, Busy (too many transactions open
 // on one remote connection), Unavailable (the server cannot be reached or
-// the connection broke), ShuttingDown, Unauthenticated (a missing or wrong
-// shared secret).
+// the connection broke, or the TC is recovering its DC: try again later),
+// ShuttingDown, Unauthenticated (a missing or wrong shared secret). A TC that
+// has failed for good (its log failed, or it refused its DC as another
+// store's) answers every call with its failure's code (IOError, Corruption,
+// NoSpace, StoreMismatch, ...; the message starts "the TC has failed"): it
+// serves nothing until an operator restarts it, and Run does not retry it.
 //
 // This header and common/status.h are the whole public surface: no Thrift,
 // Asio or storage-engine types.

@@ -23,6 +23,31 @@ void Check(const Status& s) {
   if (!s.ok()) Throw(s);
 }
 
+// What a client is told of a TC that has failed for good (its log failed,
+// or its DC refused it for good: tc/txn_manager.h, health()): the failure's
+// own code, which no client retries (IOError, Corruption, NoSpace,
+// StoreMismatch, ...), as a call that met the failure itself gets it. Never
+// Unavailable, which says "try again later": this TC serves nothing until an
+// operator restarts it. A failure with a code a client would retry (none
+// today) is reported as Internal.
+Status FailedForGood(const Status& failure) {
+  Code code = failure.code();
+  switch (code) {
+    case Code::kUnavailable:
+    case Code::kTimedOut:
+    case Code::kDeadlock:
+    case Code::kBusy:
+    case Code::kShuttingDown:
+    case Code::kOk:
+      code = Code::kInternal;
+      break;
+    default:
+      break;
+  }
+  return Status(code, fmt::format("the TC has failed and serves nothing until it is restarted: {}",
+                                  failure.ToString()));
+}
+
 // Enum fields are read through their bytes (see RawEnum in
 // protocol/convert.cpp): a value off the enumeration is no valid enum.
 int32_t RawKind(const proto::TcOpKind::type& k) {
@@ -155,7 +180,9 @@ void TcSession::CheckServing() const {
   if (closed_) Throw(Status::Unavailable("the session is closed"));
   if (service_->shutting_down_.load()) Throw(Status::ShuttingDown("the TC server is shutting down"));
   if (Status h = service_->tm_->health(); !h.ok()) {
-    Throw(Status::Unavailable(fmt::format("the TC has failed: {}", h.ToString())));
+    // Recovering its DC: the TC serves again by itself (retry later).
+    if (h.IsUnavailable() && service_->tm_->dc_recovering()) Throw(h);
+    Throw(FailedForGood(h));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -39,6 +40,12 @@ inline constexpr char kRootKey[] = "root";
 // faster than this thread can follow, or is corrupt: Busy, never a hang.
 inline constexpr int kMaxAttempts = 1 << 14;
 inline constexpr int kMaxHops = 1 << 12;
+// A retry loop that meets the same dead page (a free or empty PID that is
+// not private to a system transaction, or a page of the wrong level or
+// range) again after repairing or restarting past it this many times ends
+// in Corruption: in a sound tree the route or link that led there is
+// repaired, or gone, by the next try (bwtree.md, "Damaged stores").
+inline constexpr int kDeadPageRepeats = 4;
 // Posts one write holds back (restructuring the page each time) before it
 // posts anyway: racing restructures settle in a few rounds (one wins each).
 inline constexpr int kMaxHeldPosts = 64;
@@ -47,6 +54,31 @@ inline constexpr int kMaxHeldPosts = 64;
 // limits allow it.
 inline constexpr size_t kMinNodeBytes = 1024;
 inline constexpr size_t kDefaultNodeBytes = 64 << 10;
+
+// The dead pages one retry loop (a descent, a leaf search, a leaf read)
+// met and restarted past. Met() is Corruption once one of them has been met
+// kDeadPageRepeats times more: a damaged store (a page's address moved, a
+// live page marked free by its checkpoint) otherwise sends the loop round
+// the same repair or restart until kMaxAttempts, nested (a repair descends
+// too) for minutes. Pages are few (a dead page is rare), so a short list.
+class DeadPages {
+ public:
+  Status Met(PageId pid, const char* where) {
+    for (auto& [p, n] : seen_) {
+      if (p != pid) continue;
+      if (++n < kDeadPageRepeats) return Status::OK();
+      return Status::Corruption(fmt::format(
+          "bw-tree: {} met page {} (free, empty, or of another level or range) {} times "
+          "after repairing the route to it: the stored tree is damaged",
+          where, pid, n + 1));
+    }
+    seen_.emplace_back(pid, 0);
+    return Status::OK();
+  }
+
+ private:
+  std::vector<std::pair<PageId, int>> seen_;
+};
 
 inline Slice PayloadOf(const PageNode* n) { return Slice(n->payload(), n->size); }
 

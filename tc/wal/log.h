@@ -27,10 +27,11 @@
 //     synced. A leader leads until the ESL covers its own record (waiting
 //     out a range still being copied before it) and writes already-filled
 //     groups for writer_spin_us more, then ends by handing the leadership
-//     to the sleeping committer with the lowest uncovered end, or, when
-//     none sleeps, by clearing leading_; both under the waiter lock, so a
-//     committer that queues behind a leader is always either covered or
-//     handed the leadership.
+//     to the sleeping committer with the lowest uncovered end (woken before
+//     the group), or, when none sleeps, after waking the group, by handing
+//     it to one that queued meanwhile or clearing leading_; all under the
+//     waiter lock, so a committer that queues behind a leader is always
+//     either covered or handed the leadership.
 //  5. After a failed write, sync or segment switch the log is failed: the
 //     ESL stops, every waiter and every later call gets that error (IOError,
 //     or NoSpace for ENOSPC); nothing is retried.

@@ -65,12 +65,43 @@ CellResult RunCell(int threads, size_t size, double seconds, const CommitFn& com
       threads, seconds, [size](int t, uint64_t n) { return RecordBytes(t, n, size); }, commit);
 }
 
-void PrintResult(const char* system, int threads, size_t size, int round, const CellResult& r) {
+// The log's counters over one cell (deuteron only): how commits grouped.
+struct GroupFields {
+  bool valid = false;
+  uint64_t groups = 0, sleeps = 0, handoffs = 0;
+};
+
+GroupFields CellGroups(const wal::Log::Stats& before, const wal::Log::Stats& after) {
+  return {true, after.groups - before.groups, after.committer_sleeps - before.committer_sleeps,
+          after.leader_handoffs - before.leader_handoffs};
+}
+
+// Every line has the process's CPU time and context switches per commit
+// (getrusage over the cell: all threads, the systems' background threads
+// included); deuteron's add its group counters.
+void PrintResult(const char* system, int threads, size_t size, int round, const CellResult& r,
+                 const GroupFields& g = {}) {
   ResultLine line(kBench, fmt::format("commit{}", size), system, threads, r.ops, r.seconds);
   line.Set("record_bytes", uint64_t{size}).Set("round", round).SetLatenciesNs(r.latency);
+  const double ops = static_cast<double>(std::max<uint64_t>(r.ops, 1));
+  line.Set("cpu_us_per_commit", r.cpu_seconds * 1e6 / ops)
+      .Set("csw_per_commit", static_cast<double>(r.context_switches) / ops);
+  if (g.valid) {
+    const double groups = static_cast<double>(std::max<uint64_t>(g.groups, 1));
+    line.Set("groups", g.groups)
+        .Set("commits_per_group", static_cast<double>(r.ops) / groups)
+        .Set("sleeps_per_commit", static_cast<double>(g.sleeps) / ops)
+        .Set("handoffs_per_group", static_cast<double>(g.handoffs) / groups);
+  }
   line.Print();
-  Progress("{} size={} threads={} round {}: {:.0f} commits/s, p50 {:.1f} us", system, size,
-           threads, round, r.ops_per_s(), r.p50_us());
+  Progress("{} size={} threads={} round {}: {:.0f} commits/s, p50 {:.1f} us, {:.1f} cpu us and "
+           "{:.2f} csw per commit{}",
+           system, size, threads, round, r.ops_per_s(), r.p50_us(), r.cpu_seconds * 1e6 / ops,
+           static_cast<double>(r.context_switches) / ops,
+           g.valid ? fmt::format(", {:.1f} commits per group",
+                                 static_cast<double>(r.ops) /
+                                     static_cast<double>(std::max<uint64_t>(g.groups, 1)))
+                   : "");
 }
 
 // ------------------------------------------------------------------ systems
@@ -81,6 +112,7 @@ class DeuteronSystem {
   DeuteronSystem(const std::string& dir, const wal::LogOptions& options) : log_(dir, options) {}
   Status Commit(const std::string& bytes) { return log_.Commit(bytes); }
   void Report(int round) const { log_.Report(fmt::format("deuteron round {}", round)); }
+  wal::Log::Stats LogStats() const { return log_.Stats(); }
 
  private:
   LogSystem log_;
@@ -230,9 +262,13 @@ int Main(int argc, char** argv) {
         auto sys = make(dir);
         for (size_t size : kSizes) {
           for (int threads : args.threads) {
+            wal::Log::Stats before;
+            if constexpr (requires { sys->LogStats(); }) before = sys->LogStats();
             const CellResult r = RunCell(threads, size, cell_seconds,
                                          [&](int, const std::string& b) { return sys->Commit(b); });
-            PrintResult(name, threads, size, round, r);
+            GroupFields g;
+            if constexpr (requires { sys->LogStats(); }) g = CellGroups(before, sys->LogStats());
+            PrintResult(name, threads, size, round, r, g);
             cells[{name, threads, size}] = r;
           }
         }

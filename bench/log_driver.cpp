@@ -1,17 +1,38 @@
 #include "bench/log_driver.h"
 
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 
 #include "common/env.h"
 
 namespace deuteron::bench {
+namespace {
+
+struct Usage {
+  double cpu_seconds = 0;
+  uint64_t context_switches = 0;
+};
+
+Usage ProcessUsage() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  auto secs = [](const timeval& tv) {
+    return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6;
+  };
+  return {secs(ru.ru_utime) + secs(ru.ru_stime),
+          static_cast<uint64_t>(ru.ru_nvcsw) + static_cast<uint64_t>(ru.ru_nivcsw)};
+}
+
+}  // namespace
 
 CommitCell RunCommitCell(int threads, double seconds, const RecordFn& record,
                          const CommitFn& commit) {
   LatencySet latencies(threads);
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> ops{0};
+  const Usage before = ProcessUsage();
   Stopwatch sw;
   std::thread timer([&] {
     std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -30,6 +51,9 @@ CommitCell RunCommitCell(int threads, double seconds, const RecordFn& record,
   });
   CommitCell r;
   r.seconds = sw.Seconds();
+  const Usage after = ProcessUsage();
+  r.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
+  r.context_switches = after.context_switches - before.context_switches;
   timer.join();
   r.ops = ops.load();
   r.latency = latencies.Merged();

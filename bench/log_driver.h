@@ -25,11 +25,15 @@
 
 namespace deuteron::bench {
 
-// One cell: commits made, its wall time, per-commit latency (ns).
+// One cell: commits made, its wall time, per-commit latency (ns), and the
+// whole process's CPU time and context switches (voluntary + involuntary,
+// getrusage) during it.
 struct CommitCell {
   uint64_t ops = 0;
   double seconds = 0;
   Histogram::Snapshot latency;
+  double cpu_seconds = 0;
+  uint64_t context_switches = 0;
   double ops_per_s() const { return Ratio(static_cast<double>(ops), seconds); }
   double p50_us() const { return static_cast<double>(latency.Percentile(50)) / 1000.0; }
 };
@@ -64,6 +68,7 @@ class LogSystem {
   Status Commit(const std::string& bytes) { return log_->Commit(bytes).status(); }
   // The log's counters as a progress line.
   void Report(const std::string& what) const;
+  wal::Log::Stats Stats() const { return log_->GetStats(); }
 
  private:
   std::unique_ptr<wal::Log> log_;

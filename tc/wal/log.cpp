@@ -333,7 +333,6 @@ class Log::Impl {
     }
     const uint32_t state = w.state.load(std::memory_order_acquire);
     if (state == kLead) Lead(end);  // may start while its waker still wakes others
-    { std::lock_guard<std::mutex> g(wake_mu_); }  // the waker is done with w
     if (state == kDurable || esl_.load(std::memory_order_acquire) >= end) return Status::OK();
     return FailStatus();
   }
@@ -428,16 +427,21 @@ class Log::Impl {
  private:
   // kLead: the waiter was handed the leadership (invariant 4).
   static constexpr uint32_t kWaiting = 0, kDurable = 1, kFailed = 2, kLead = 3;
-  // A sleeping committer, on its own stack. The waker stores `state` and
-  // wakes its futex while holding wake_mu_; the committer takes wake_mu_ once
-  // before it returns (a new leader: after leading), so the waker never
-  // touches a Waiter that is gone.
+  // A sleeping committer, on its own stack. The waker reads `end` under mu_
+  // (while the committer cannot leave), then stores `state` and wakes the
+  // futex word. The committer may see the state and return before that wake:
+  // the waker only passes the word's address to the kernel, never touches
+  // the memory again, and a FUTEX_WAKE on a word that is gone wakes nobody or
+  // makes a later wait on the same stack address re-check its word (every
+  // futex wait loops), as glibc's own mutex unlock does. Until 2026-11-26
+  // each woken committer took a wake_mu_ that its waker held while waking the
+  // whole group: at 16 committers they queued on it, one more sleep and wake
+  // each (4.2 futex calls per commit instead of about 2).
   struct Waiter {
     Lsn end = kNullLsn;
     std::atomic<uint32_t> state{kWaiting};
   };
 
-  // REQUIRES: wake_mu_ held.
   static void Release(Waiter* w, uint32_t state) {
     w->state.store(state, std::memory_order_release);
     FutexWakeOne(&w->state);
@@ -494,45 +498,54 @@ class Log::Impl {
 
   // Wakes the sleepers the ESL `esl` covers (invariant 4). With `hand_off`,
   // the leadership also ends: passed to the uncovered sleeper with the lowest
-  // end, or given up when none sleeps. The futex wakes happen outside mu_, so
+  // end, woken before the group, so the next group's write starts while this
+  // thread wakes; when none sleeps, the group is woken first and the
+  // leadership given up only then (to a committer of the group that queued
+  // meanwhile, or cleared): freed before the wakes, the leader's own next
+  // record took it and went alone, while the group it woke queued behind
+  // (log_bench, 4 committers). The futex wakes happen outside mu_, so
   // committers going to sleep do not wait for them.
   void WakeCovered(Lsn esl, bool hand_off) {
-    // A local list: once the leadership is given up, the next leader may be
-    // running before these wakes are done.
-    std::vector<Waiter*> covered;
-    Waiter* next = nullptr;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      covered.reserve(waiters_.size());
-      for (size_t i = 0; i < waiters_.size();) {
-        if (waiters_[i]->end > esl) {
-          if (next == nullptr || waiters_[i]->end < next->end) next = waiters_[i];
-          ++i;
-          continue;
+    for (;;) {
+      // A local list: once the leadership is given up, the next leader may
+      // be running before these wakes are done.
+      std::vector<Waiter*> covered;
+      Waiter* next = nullptr;
+      bool done = true;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        covered.reserve(waiters_.size());
+        for (size_t i = 0; i < waiters_.size();) {
+          if (waiters_[i]->end > esl) {
+            if (next == nullptr || waiters_[i]->end < next->end) next = waiters_[i];
+            ++i;
+            continue;
+          }
+          covered.push_back(waiters_[i]);
+          waiters_[i] = waiters_.back();
+          waiters_.pop_back();
         }
-        covered.push_back(waiters_[i]);
-        waiters_[i] = waiters_.back();
-        waiters_.pop_back();
-      }
-      if (hand_off) {
-        if (next != nullptr) {
-          waiters_.erase(std::find(waiters_.begin(), waiters_.end(), next));
-          sleepers_.fetch_sub(1, std::memory_order_relaxed);
-          handoffs_.fetch_add(1, std::memory_order_relaxed);
-        } else {
-          leading_.store(false, std::memory_order_relaxed);
+        if (hand_off) {
+          if (next != nullptr) {
+            waiters_.erase(std::find(waiters_.begin(), waiters_.end(), next));
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+            handoffs_.fetch_add(1, std::memory_order_relaxed);
+          } else if (covered.empty()) {
+            leading_.store(false, std::memory_order_relaxed);
+          } else {
+            done = false;  // wake the group, then look again
+          }
         }
+        sleepers_.fetch_sub(static_cast<int>(covered.size()), std::memory_order_relaxed);
       }
-      sleepers_.fetch_sub(static_cast<int>(covered.size()), std::memory_order_relaxed);
+      if (!hand_off) next = nullptr;
+      // The next leader first: it is on the path of every commit still
+      // waiting. The leader-only state goes with it (release), so this thread
+      // touches none of it after this store.
+      if (next != nullptr) Release(next, kLead);
+      for (Waiter* w : covered) Release(w, kDurable);
+      if (done) return;
     }
-    if (!hand_off) next = nullptr;
-    if (covered.empty() && next == nullptr) return;
-    std::lock_guard<std::mutex> g(wake_mu_);
-    // The next leader first: it is on the path of every commit still waiting.
-    // The leader-only state goes with it (release), so this thread touches
-    // none of it after this store.
-    if (next != nullptr) Release(next, kLead);
-    for (Waiter* w : covered) Release(w, kDurable);
   }
 
   // Invariant 5: the log stops for good.
@@ -548,7 +561,6 @@ class Log::Impl {
       }
       // Records the ESL already covered are durable and reported so.
       const Lsn esl = esl_.load(std::memory_order_acquire);
-      std::lock_guard<std::mutex> g(wake_mu_);
       for (Waiter* w : waiters_) Release(w, w->end <= esl ? kDurable : kFailed);
       sleepers_.fetch_sub(static_cast<int>(waiters_.size()), std::memory_order_relaxed);
       waiters_.clear();
@@ -590,6 +602,11 @@ class Log::Impl {
           break;
         }
         idle = 0;
+        // The group that covers our own record ends the lead: the hand-off
+        // below passes the leadership on before it wakes this group, so the
+        // next group's write and sync start while this thread still wakes.
+        if (filled >= end && opts_.writer_spin_us == 0) break;
+        if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(filled, /*hand_off=*/false);
         continue;
       }
       if (covered) break;
@@ -650,8 +667,7 @@ class Log::Impl {
       RETURN_IF_ERROR(SyncFile());
     }
     DEUTERON_KILL_POINT(kTcLogGroupCommitAfterSync);
-    esl_.store(to, std::memory_order_seq_cst);  // invariant 4
-    if (sleepers_.load(std::memory_order_seq_cst) > 0) WakeCovered(to, /*hand_off=*/false);
+    esl_.store(to, std::memory_order_seq_cst);  // invariant 4; Lead wakes the group
     groups_.fetch_add(1, std::memory_order_relaxed);
     bytes_written_.fetch_add(to - from, std::memory_order_relaxed);
     return Status::OK();
@@ -776,9 +792,8 @@ class Log::Impl {
   std::atomic<bool> failed_{false};
   std::atomic<bool> closed_{false};
 
-  std::mutex mu_;                 // lock order: mu_ before wake_mu_
+  std::mutex mu_;
   std::vector<Waiter*> waiters_;  // GUARDED_BY(mu_)
-  std::mutex wake_mu_;            // held while waking sleepers
   Status fail_status_;            // GUARDED_BY(mu_), set once
 
   std::mutex space_mu_;

@@ -41,7 +41,7 @@ TEST_CASE("tc server: a TC whose log failed answers with the failure's code, not
   REQUIRE(client.Run([](client::Transaction& t) { return t.Put("a", "1"); }).ok());
 
   // The commit's log sync fails: the outcome is in doubt, the TC fails.
-  env.FailNth(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+  env.FailNth(FaultInjectionEnv::Op::kSync, 1, ::deuteron::Code::kIOError);
   Status s = client.Run([](client::Transaction& t) { return t.Put("b", "2"); }, client::RetryOptions{1});
   INFO(s.ToString());
   REQUIRE_FALSE(s.ok());
@@ -54,7 +54,7 @@ TEST_CASE("tc server: a TC whose log failed answers with the failure's code, not
     return t.Get("a").status();
   });
   INFO(after.ToString());
-  CHECK(after.code() == Code::kIOError);
+  CHECK(after.code() == ::deuteron::Code::kIOError);
   CHECK(after.message().find("the TC has failed") != std::string_view::npos);
   CHECK_FALSE(client::IsRetryable(after));
   CHECK(tries <= 1);

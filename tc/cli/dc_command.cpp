@@ -59,7 +59,7 @@ void AddDcCommand(CLI::App& app, Runner& runner) {
                    "address requires a shared secret");
   AddSizeOption(cmd, "--memory-budget", &a->budget,
                 "the process's memory budget (0: none): the cache gets 3/4 of it less the flush "
-                "buffers (16 MiB), at least 1/4, and freed memory the allocator keeps is purged over "
+                "buffers (4 x --flush-buffer-size), at least 1/4, and freed memory the allocator keeps is purged over "
                 "it; peak resident memory stays within 1.1x plus a fixed allowance (dc/dc.md)");
   AddSizeOption(cmd, "--flush-buffer-size", &a->flush_buffer_size,
                 "size of each of the LSS's flush buffers (1 MiB to 32 MiB); the ring of them is part of "

@@ -59,12 +59,12 @@ void AddDcCommand(CLI::App& app, Runner& runner) {
                    "address requires a shared secret");
   AddSizeOption(cmd, "--memory-budget", &a->budget,
                 "the process's memory budget (0: none): the cache gets 3/4 of it less the flush "
-                "buffers (4 x --flush-buffer-size), at least 1/4, and freed memory the allocator keeps is purged over "
-                "it; peak resident memory stays within 1.1x plus a fixed allowance (dc/dc.md)");
+                "buffers (4 x --flush-buffer-size), at least 1/4, and freed memory the allocator "
+                "keeps is purged over it; peak resident memory stays within 1.1x plus a fixed allowance (dc/dc.md)");
   AddSizeOption(cmd, "--flush-buffer-size", &a->flush_buffer_size,
-                "size of each of the LSS's flush buffers (1 MiB to 32 MiB); the ring of them is part of "
-                "the memory budget, so a small budget wants small buffers (dc/dc.md, \"The memory "
-                "budget\")");
+                "size of each of the LSS's flush buffers (1 MiB to 32 MiB); the ring of them is "
+                "part of the memory budget, so a small budget wants small buffers (dc/dc.md, \"The "
+                "memory budget\")");
   cmd->add_option("--max-connections", a->max_connections,
                   "connections open at once (1 to 1048576); when full, a new one closes the one longest without a request")
       ->check(Within(1, uint64_t{1} << 20))->type_name("N");

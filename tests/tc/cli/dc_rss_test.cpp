@@ -154,9 +154,10 @@ void RunServerMemory(const ServerLoad& l) {
   const uint64_t bound = budget + budget / 10 + kAllowance + kProcessFloor;
   std::printf(
       "deuteron dc --memory-budget %.0f MiB --flush-buffer-size %.0f MiB: loaded %.0f MiB of "
-      "%llu B values in %.1f s (server CPU %.1f s, LSS written %.0f MiB); resident once serving %.1f MiB, "
-      "most at an RSSP %.1f MiB (cache count %.1f MiB of its %.1f MiB share), peak (VmHWM) %.1f "
-      "MiB (bound %.1f MiB = 1.1 B + %.0f MiB allowance + %.0f MiB floor)\n",
+      "%llu B values in %.1f s (server CPU %.1f s, LSS written %.0f MiB); resident once "
+      "serving %.1f MiB, most at an RSSP %.1f MiB (cache count %.1f MiB of its %.1f MiB "
+      "share), peak (VmHWM) %.1f MiB (bound %.1f MiB = 1.1 B + %.0f MiB allowance + %.0f MiB "
+      "floor)\n",
       budget / 1048576.0, l.flush_buffer / 1048576.0, load / 1048576.0,
       static_cast<unsigned long long>(l.value), seconds, cpu, last->lss_bytes_written / 1048576.0,
       serving / 1048576.0, max_rss / 1048576.0, max_cache / 1048576.0, budget_seen / 1048576.0,

@@ -39,6 +39,7 @@ struct DcArgs {
   uint64_t checkpoint_bytes = dc::DcOptions{}.checkpoint_interval_bytes;
   milliseconds checkpoint_interval{dc::DcOptions{}.checkpoint_interval_ms};
   int64_t heap_decay_ms = HeapRetention{}.dirty_decay_ms;
+  uint64_t flush_buffer_size = dc::DcOptions{}.llama.lss.buffer_size;
 };
 
 int RunDc(const DcArgs& a);
@@ -58,8 +59,12 @@ void AddDcCommand(CLI::App& app, Runner& runner) {
                    "address requires a shared secret");
   AddSizeOption(cmd, "--memory-budget", &a->budget,
                 "the process's memory budget (0: none): the cache gets 3/4 of it less the flush "
-                "buffers (16 MiB), at least 1/4, and freed memory the allocator keeps is purged over "
-                "it; peak resident memory stays within 1.1x plus a fixed allowance (dc/dc.md)");
+                "buffers (4 x --flush-buffer-size), at least 1/4, and freed memory the allocator "
+                "keeps is purged over it; peak resident memory stays within 1.1x plus a fixed allowance (dc/dc.md)");
+  AddSizeOption(cmd, "--flush-buffer-size", &a->flush_buffer_size,
+                "size of each of the LSS's flush buffers (1 MiB to 32 MiB); the ring of them is "
+                "part of the memory budget, so a small budget wants small buffers (dc/dc.md, \"The "
+                "memory budget\")");
   cmd->add_option("--max-connections", a->max_connections,
                   "connections open at once (1 to 1048576); when full, a new one closes the one longest without a request")
       ->check(Within(1, uint64_t{1} << 20))->type_name("N");
@@ -119,6 +124,9 @@ void AddDcCommand(CLI::App& app, Runner& runner) {
     if (a->request_memory < a->max_frame) {
       UsageError("--request-memory-limit must be at least --max-frame-size");
     }
+    if (a->flush_buffer_size < (uint64_t{1} << 20) || a->flush_buffer_size > (uint64_t{32} << 20)) {
+      UsageError("--flush-buffer-size takes 1 MiB to 32 MiB");
+    }
     if (a->idle_timeout.count() <= 0) UsageError("--idle-timeout must be positive");
     if (a->cleaning_trigger != 0 && a->cleaning_target > a->cleaning_trigger) {
       UsageError("--cleaning-target may not exceed --cleaning-trigger");
@@ -168,6 +176,7 @@ int RunDc(const DcArgs& a) {
 
   options.llama.cleaning_trigger_segments = cleaning_trigger;
   options.llama.cleaning_target_segments = cleaning_target;
+  options.llama.lss.buffer_size = a.flush_buffer_size;
   // The budget is the process's (dc/dc.md, "The memory budget").
   options.llama.memory_budget = dc::CacheBudgetFor(budget, options.llama.lss);
   options.heap_purge_above = budget;

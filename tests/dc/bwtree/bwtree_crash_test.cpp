@@ -516,8 +516,9 @@ struct StepCrash {
   uint64_t inner_merges = 0, root_collapses = 0;
 };
 
-StepCrash CrashAtStep(uint64_t seed, BwTree::MergeStep step, bool flush_first) {
-  INFO("seed " << seed << ", step " << static_cast<int>(step) << (flush_first ? ", flushed" : ""));
+StepCrash CrashAtStep(uint64_t seed, BwTree::MergeStep step, bool flush_first, uint64_t n) {
+  INFO("seed " << seed << ", " << n << " keys, step " << static_cast<int>(step)
+                << (flush_first ? ", flushed" : ""));
   auto mem = NewMemEnv();
   FaultInjectionEnv env(mem.get(), seed);
   std::atomic<uint64_t> esl{0};
@@ -531,7 +532,6 @@ StepCrash CrashAtStep(uint64_t seed, BwTree::MergeStep step, bool flush_first) {
   LlamaOptions lo = TreeLlamaOptions();
   lo.eviction_flush_bound = esl_fn;
   Random64 rnd(seed);
-  const uint64_t n = 1500;
   std::vector<uint64_t> order(n);
   for (uint64_t i = 0; i < n; ++i) order[i] = i;
   for (uint64_t i = n; i > 1; --i) std::swap(order[i - 1], order[rnd.Uniform(i)]);
@@ -653,13 +653,13 @@ StepCrash CrashAtStep(uint64_t seed, BwTree::MergeStep step, bool flush_first) {
   return out;
 }
 
-void CrashAtEveryStep(uint64_t seed) {
+void CrashAtEveryStep(uint64_t seed, uint64_t n) {
   INFO("seed " << seed);
   using Step = BwTree::MergeStep;
   for (Step step : {Step::kRemoveNode, Step::kMergeDelta, Step::kRoutesMoved,
                     Step::kParentsFlushed, Step::kRootRemoveNode}) {
     for (bool flush_first : {true, false}) {
-      const StepCrash c = CrashAtStep(seed, step, flush_first);
+      const StepCrash c = CrashAtStep(seed, step, flush_first, n);
       INFO("step " << static_cast<int>(step) << (flush_first ? ", flushed" : "")
                    << ": inner merges after recovery " << c.inner_merges
                    << ", root collapses " << c.root_collapses);
@@ -679,12 +679,12 @@ void CrashAtEveryStep(uint64_t seed) {
 // findings explained"); now it makes the LSS stable up to its tail.
 TEST_CASE("A crash between any two steps of an inner merge or root collapse loses nothing",
           "[dc][bwtree][crash][inner_merge]") {
-  CrashAtEveryStep(1);
+  CrashAtEveryStep(1, 500);
 }
 
 TEST_CASE("A crash between any two steps of an inner merge, random seeds (long)",
           "[.][dc][bwtree][crash][inner_merge]") {
-  for (int i = 0; i < 20; ++i) CrashAtEveryStep(TestSeed());
+  for (int i = 0; i < 20; ++i) CrashAtEveryStep(TestSeed(), 1500);
 }
 
 }  // namespace

@@ -42,8 +42,8 @@ uint64_t AllocatedPages(Llama* l) {
   return n;
 }
 
-// Small pages, so that 40k keys make a tree of five levels, and a
-// tombstone is dropped as soon as a consolidation meets it.
+// Small pages, so that 5,000 keys make a tree of four levels (40k, five),
+// and a tombstone is dropped as soon as a consolidation meets it.
 BwTreeOptions ShrinkOptions() {
   BwTreeOptions o = TestOptions();
   o.leaf_max_records = 12;
@@ -176,7 +176,9 @@ TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwt
   CHECK(OpenTree(l.get(), TestOptions())->options().inner_merge_entries == 15);
 }
 
-// A fixed seed in CI; the hidden case below runs random seeds. Before
+// A fixed seed in CI, 5,000 keys (pages 552 -> 65, height 4 -> 3, 63 inner
+// merges, 1 root collapse; an eighth of the time of 40k keys); the hidden
+// case below runs random seeds over 40k keys. Before
 // 2026-11-26 about one random run in ten ended at the height it started from:
 // a small leftmost page had no left neighbour to merge into and stayed small,
 // so a root whose leftmost child was one kept two children (bwtree.md, "Two
@@ -189,8 +191,7 @@ TEST_CASE("The inner merge threshold stays below what a split leaves", "[dc][bwt
 // entries under the root). With `strict` (the fixed seed) the height must
 // shrink; otherwise it must not grow, and when it stays, no page under the
 // root may be small enough to merge (else a merge was missed).
-void ShrinkCase(uint64_t seed, bool strict) {
-  const uint64_t n = 40000;
+void ShrinkCase(uint64_t seed, bool strict, uint64_t n) {
   const Shrink s = InsertThenDelete(seed, n, 20);
   Report("inner merge", n, s);
   INFO("seed " << seed << ", pages " << s.pages_before << " -> " << s.pages_after << ", height "
@@ -199,6 +200,7 @@ void ShrinkCase(uint64_t seed, bool strict) {
   CHECK(s.height_before >= 4);
   if (strict || s.height_after < s.height_before) {
     CHECK(s.height_after < s.height_before);
+    CHECK(s.stats.root_collapses > 0);  // the only way the height goes down
   } else {
     CHECK(s.height_after == s.height_before);
     REQUIRE(s.level_min_entries.size() == s.height_after);
@@ -206,17 +208,16 @@ void ShrinkCase(uint64_t seed, bool strict) {
   }
   CHECK(s.pages_after * 5 < s.pages_before);
   CHECK(s.stats.inner_merges > 0);
-  CHECK(s.stats.root_collapses > 0);
 }
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height",
           "[dc][bwtree][inner_merge]") {
-  ShrinkCase(1, /*strict=*/true);
+  ShrinkCase(1, /*strict=*/true, 5000);
 }
 
 TEST_CASE("Deleting 95% of the keys shrinks the page count and the height, random seeds (long)",
           "[.][dc][bwtree][inner_merge]") {
-  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed(), /*strict=*/false);
+  for (int i = 0; i < 10; ++i) ShrinkCase(TestSeed(), /*strict=*/false, 40000);
 }
 
 TEST_CASE("Deleting 95% of a million keys shrinks the page count and the height (long)",

@@ -898,15 +898,16 @@ TEST_CASE("Appends at the right edge fill leaves, with deltas above the ESL or w
 // as a tree of full pages.
 TEST_CASE("Appends at the right edge fill inner pages", "[dc][bwtree]") {
   BwTreeOptions o = TestOptions();
-  o.leaf_max_records = 32;
+  o.leaf_max_records = 16;  // split 15 : 2 when appending (7/8 from 16 entries up)
   o.leaf_merge_records = 4;
   o.inner_max_entries = 16;
   Fixture f(o);
   BwTree* t = f.tree.get();
   Model m;
-  // About 1700 leaves. Inner pages left half full by their splits need five
-  // levels for them, nearly full ones four.
-  constexpr uint64_t kRecords = 50000;
+  // About 1300 leaves. Inner pages left half full by their splits need five
+  // levels for them (from about 18,000 records on, with the inner pages'
+  // 7/8 split turned off), nearly full ones four (up to about 15^3 leaves).
+  constexpr uint64_t kRecords = 20000;
   for (uint64_t i = 0; i < kRecords; ++i) Write(t, &m, WriteKind::kUpsert, Key(i), "v", i + 1);
   const BwTree::Stats s = t->GetStats();
   INFO("splits " << s.splits);

@@ -264,6 +264,8 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
       {"dc", "--dir", "/tmp/x", "--max-above-esl-share", "half"},
       {"dc", "--dir", "/tmp/x", "--max-frame-size", "1000", "--request-memory-limit", "999"},
       {"dc", "--dir", "/tmp/x", "--max-frame-size", "63"},
+      {"dc", "--dir", "/tmp/x", "--flush-buffer-size", "512KiB"},  // 1 MiB to 32 MiB
+      {"dc", "--dir", "/tmp/x", "--flush-buffer-size", "64MiB"},
   };
   for (const auto& args : bad) {
     INFO("args " << args.size());
@@ -275,6 +277,7 @@ TEST_CASE("deuteron dc rejects bad usage with status 2", "[tc][cli]") {
   while (!(line = help.ReadLine()).empty()) all += line;
   CHECK(all.find("usage: deuteron dc") != std::string::npos);
   CHECK(all.find("--memory-budget") != std::string::npos);
+  CHECK(all.find("--flush-buffer-size") != std::string::npos);
   CHECK(help.Wait() == 0);
 }
 

@@ -231,6 +231,7 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
       .Set("writes", sum.writes);
   if (sum.scans != 0) line.Set("scans", sum.scans).Set("scan_items", sum.scan_items);
   const uint64_t peak = monitor->peak();
+  line.Set("heap_in_use_bytes", HeapBytesInUse()).Set("heap_resident_bytes", HeapBytesResident());
   line.Set("peak_rss_bytes", peak)
       .Set("peak_rss_over_budget", Ratio(static_cast<double>(peak), static_cast<double>(budget)) - 1);
   const uint64_t allowance = store->RssAllowance();
@@ -289,6 +290,9 @@ std::vector<Outcome> RunSystem(const std::string& system, const WorkloadSpec& sp
             .Set("budget_bytes", uint64_t{budget}).Set("data_bytes", run.DataBytes())
             .Set("peak_rss_bytes", monitor.peak());
         store->AddCounters(&line, run.DataBytes());  // the preload's page loads, ...
+        // What the allocator holds now (one store is open at a time): handed
+        // out, and resident (with its fragmentation and freed pages).
+        line.Set("heap_in_use_bytes", HeapBytesInUse()).Set("heap_resident_bytes", HeapBytesResident());
         line.Print();
       }
       const std::vector<int> threads =

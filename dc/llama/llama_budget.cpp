@@ -26,6 +26,9 @@ constexpr uint8_t kSweepsMask = 0x7f;
 // pages, and waits for writes only with this many pending (or the most).
 constexpr size_t kSwapBatch = 32;
 constexpr size_t kMaxPendingSwaps = 256;
+// The record size the evictor asks the ring about before a flush: a page of
+// the Bw-tree's usual size.
+constexpr size_t kRingProbeBytes = 16 << 10;
 }  // namespace
 
 void Llama::Touch(PageId pid) {
@@ -189,6 +192,10 @@ Status Llama::EnforceBudget() {
       // has nothing more to give: flushing it would only read its swapped part
       // back in (Flush materializes), and the next sweep would do it again.
       if (!HasFlushableOverSwap(mapping_->Load(pid), bound)) continue;
+      // A flush now would wait for the ring (both buffers busy): while the
+      // cache is within a sixteenth of its budget, look for pages that can
+      // go without one instead; the next pass flushes this one.
+      if (live() <= hard && lss_->RingWouldWait(kRingProbeBytes)) continue;
       // Annotated with its bound, like every flush under the owner's bound.
       Result<FlushResult> r = Flush(pid, bound, options_.eviction_flush_bound ? bound : 0);
       if (!r.ok() && r.status().IsNotFound()) continue;  // freed under the evictor

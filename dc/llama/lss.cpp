@@ -485,6 +485,16 @@ Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
   }
 }
 
+bool LogStructuredStore::Impl::RingWouldWait(size_t bytes) const {
+  if (!recovered_.load()) return false;
+  const uint64_t k = current_.load(std::memory_order_acquire);
+  const FlushBuffer& b = ring_[k % count_];
+  const uint64_t s = b.state.load(std::memory_order_acquire);
+  if (IsSealed(s)) return true;
+  if (OffsetOf(s) + bytes <= b.capacity.load()) return false;
+  return !IsIdle(ring_[(k + 1) % count_].state.load(std::memory_order_acquire));
+}
+
 bool LogStructuredStore::Impl::StartWrite(LssAddress address) {
   if (!recovered_.load() || failed_.load()) return false;
   if (hi_written_.load() >= address) return true;
@@ -755,6 +765,7 @@ void LogStructuredStore::Void(const Reservation& r) { impl_->Void(r); }
 Status LogStructuredStore::MakeStable(LssAddress address) { return impl_->MakeStable(address); }
 Status LogStructuredStore::MakeWritten(LssAddress address) { return impl_->MakeWritten(address); }
 bool LogStructuredStore::StartWrite(LssAddress address) { return impl_->StartWrite(address); }
+bool LogStructuredStore::RingWouldWait(size_t bytes) const { return impl_->RingWouldWait(bytes); }
 LssAddress LogStructuredStore::HiStable() const { return impl_->HiStable(); }
 LssAddress LogStructuredStore::HiWritten() const { return impl_->HiWritten(); }
 LssAddress LogStructuredStore::Tail() const { return impl_->Tail(); }

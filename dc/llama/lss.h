@@ -152,6 +152,10 @@ class LogStructuredStore {
   // `address` will be written only once the ring moves on by itself (or a
   // MakeWritten); true when they are written or on their way.
   bool StartWrite(LssAddress address);
+  // Whether a reservation of `bytes` now could wait for the ring: the open
+  // buffer is sealed (the ring is moving on), or too full for `bytes` while
+  // the next buffer's write is still in flight. A hint (it may change at once).
+  bool RingWouldWait(size_t bytes) const;
   // Hi-Written: every byte below the returned address is written (>= HiStable).
   LssAddress HiWritten() const;
   // Where the next reservation would start (a lower bound once it is read).

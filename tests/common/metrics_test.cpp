@@ -11,12 +11,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/random.h"
+
 namespace deuteron {
 namespace {
 
 constexpr int kMetricThreads = 4;
-
-uint64_t TestSeed() { return std::random_device{}(); }
 
 // Exact nearest-rank percentile, with the rank formula Percentile documents.
 uint64_t ExactPercentile(const std::vector<uint64_t>& sorted, double p) {

@@ -15,15 +15,10 @@
 
 #include "common/fault_hooks.h"
 #include "tc/crash/range_load.h"
+#include "tests/tc/crash/crash_test_util.h"
 
 namespace deuteron::crash {
 namespace {
-
-std::string TempDir() {
-  char tmpl[] = "/tmp/deuteron-range-XXXXXX";
-  REQUIRE(mkdtemp(tmpl) != nullptr);
-  return tmpl;
-}
 
 // Two threads on one group (every transaction meets the other's) until
 // `deadline` or the first phantom; then the whole check.

@@ -433,10 +433,9 @@ class Log::Impl {
   // the waker only passes the word's address to the kernel, never touches
   // the memory again, and a FUTEX_WAKE on a word that is gone wakes nobody or
   // makes a later wait on the same stack address re-check its word (every
-  // futex wait loops), as glibc's own mutex unlock does. Until 2026-11-26
-  // each woken committer took a wake_mu_ that its waker held while waking the
-  // whole group: at 16 committers they queued on it, one more sleep and wake
-  // each (4.2 futex calls per commit instead of about 2).
+  // futex wait loops), as glibc's own mutex unlock does. No lock is taken on
+  // the way out: a woken committer that had to take one its waker holds
+  // sleeps and wakes once more (tc/wal/wal.md, group commit).
   struct Waiter {
     Lsn end = kNullLsn;
     std::atomic<uint32_t> state{kWaiting};

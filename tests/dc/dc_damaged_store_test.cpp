@@ -57,8 +57,9 @@ std::unique_ptr<Env> MakeStore() {
   Result<std::unique_ptr<Dc>> d = Dc::Open(env.get(), kDir, Options());
   REQUIRE(d.ok());
   for (int i = 0; i < kKeys; ++i) {
-    RecordOp op{RecordOpKind::kUpsert, Key(i), std::string(i % 7 * 5, 'v'),
-                static_cast<uint64_t>(i + 1)};
+    // The op holds slices: its key and value live as long as it.
+    const std::string key = Key(i), value(i % 7 * 5, 'v');
+    RecordOp op{RecordOpKind::kUpsert, key, value, static_cast<uint64_t>(i + 1)};
     REQUIRE((*d)->Apply(std::span<const RecordOp>(&op, 1), i + 1, 0).ok());
   }
   REQUIRE((*d)->ProposeRssp(kKeys + 1, 0).ok());

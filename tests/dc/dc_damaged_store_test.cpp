@@ -21,6 +21,7 @@
 #include "common/logging.h"
 #include "dc/dc.h"
 #include "dc/llama/checkpoint.h"
+#include "tests/fuzz/fuzz_dc_options.h"
 
 namespace deuteron::dc {
 namespace {
@@ -28,26 +29,8 @@ namespace {
 const std::string kDir = "/dc";
 constexpr int kKeys = 40;
 
-DcOptions Options() {
-  DcOptions o;
-  o.llama.lss.segment_size = 128 << 10;
-  o.llama.lss.buffer_size = 64 << 10;
-  o.llama.lss.buffer_count = 2;
-  o.llama.lss.io_threads = 0;
-  o.llama.lss.recycle_pool = 0;
-  o.llama.mapping.max_pages = 1 << 12;
-  o.tree.limits.max_key_size = 256;
-  o.tree.limits.max_value_size = 4096;
-  o.tree.leaf_max_records = 8;
-  o.tree.inner_max_entries = 6;
-  o.tree.leaf_delta_threshold = 4;
-  o.tree.inner_delta_threshold = 2;
-  o.tree.leaf_merge_records = 2;
-  o.tree.node_max_bytes = 8 << 10;
-  o.checkpoint_interval_bytes = 0;
-  o.checkpoint_interval_ms = 0;
-  return o;
-}
+// The small DC the fuzz targets run (the finding came from dc_store_fuzz).
+DcOptions Options() { return fuzz::SmallDcOptions(); }
 
 std::string Key(int i) { return "key" + std::to_string(i); }
 

@@ -338,7 +338,11 @@ void Llama::RunDeferredWork() {
   }
   // Test before exchange: every guard release passes here, and a write to
   // the shared flag on each would bounce its line between threads.
-  const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0
+  // Cleaning waits for other threads' guards before it releases segments:
+  // never from inside one of this thread's (a raw epoch guard around a
+  // Llama::Guard); the next guard-free moment cleans.
+  const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0 ||
+                                  epochs_->InGuard()
                               ? 0
                               : cleaning_wanted_.exchange(0, std::memory_order_relaxed);
   if (segments > 0) {

@@ -2,6 +2,7 @@
 
 #include <cassert>
 #include <chrono>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -27,6 +28,7 @@ Status RangeWorkload::RunOne(client::Client& client, Random64& rng) {
   Result<std::unique_ptr<client::Transaction>> t = client.Begin();
   if (!t.ok()) return t.status();
   std::vector<std::string> keys;
+  std::string inserted_key;
   {
     client::ScanIterator it = (*t)->Scan(GroupRange(g));
     for (; it.Valid(); it.Next()) keys.push_back(it.key());
@@ -34,14 +36,26 @@ Status RangeWorkload::RunOne(client::Client& client, Random64& rng) {
   }
   if (keys.size() < o_.cap) {
     if (think != 0) std::this_thread::sleep_for(std::chrono::milliseconds(think));
-    const std::string key = GroupPrefix(g) + std::to_string(next_key_.fetch_add(1, std::memory_order_relaxed));
-    if (Status s = (*t)->Put(key, "1"); !s.ok()) return s;
+    inserted_key = GroupPrefix(g) + std::to_string(next_key_.fetch_add(1, std::memory_order_relaxed));
+    if (Status s = (*t)->Put(inserted_key, "1"); !s.ok()) return s;
   } else {
     for (const std::string& k : keys) {
       if (Status s = (*t)->Delete(k); !s.ok()) return s;
     }
   }
-  if (Status s = (*t)->Commit(); !s.ok()) return s;
+  const bool inserted = keys.size() < o_.cap;
+  Status commit = (*t)->Commit();
+  {
+    // What the commit did (or may have done: its reply may have been cut
+    // off), for CheckAll's comparison with the recovered groups.
+    std::lock_guard<std::mutex> l(mu_);
+    if (inserted) {
+      (commit.ok() ? inserted_acked_ : inserted_maybe_).insert(inserted_key);
+    } else {
+      for (const std::string& k : keys) (commit.ok() ? deleted_acked_ : deleted_maybe_).insert(k);
+    }
+  }
+  if (!commit.ok()) return commit;
   committed_.fetch_add(1, std::memory_order_relaxed);
   if (keys.size() > o_.cap) {
     std::string list;
@@ -67,6 +81,7 @@ Status RangeWorkload::CheckAll(client::Client& client) {
     return Status::OK();
   });
   if (!s.ok()) return s;
+  CompareWithCommitted(groups);
   std::vector<std::string> over;
   for (uint32_t g = 0; g < o_.groups; ++g) {
     if (groups[g].size() <= o_.cap) continue;
@@ -81,12 +96,50 @@ Status RangeWorkload::CheckAll(client::Client& client) {
                           " every transaction allows: a phantom, or an acknowledged delete lost");
   }
   if (over.empty()) return Status::OK();
-  return client.Run([&](client::Transaction& t) -> Status {
+  Status repair = client.Run([&](client::Transaction& t) -> Status {
     for (const std::string& k : over) {
       if (Status d = t.Delete(k); !d.ok()) return d;
     }
     return Status::OK();
   });
+  std::lock_guard<std::mutex> l(mu_);
+  for (const std::string& k : over) {
+    base_.erase(k);
+    // A failed repair may still have deleted them: allowed, not required.
+    if (!repair.ok()) inserted_maybe_.insert(k);
+  }
+  return repair;
+}
+
+void RangeWorkload::CompareWithCommitted(const std::vector<std::vector<std::string>>& groups) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::set<std::string> present;
+  for (const std::vector<std::string>& keys : groups) present.insert(keys.begin(), keys.end());
+  auto has = [](const std::set<std::string>& set, const std::string& k) { return set.count(k) != 0; };
+  for (const std::string& k : present) {
+    if (has(deleted_acked_, k)) {
+      violations_.push_back("range workload: " + k + " is present, but an acknowledged transaction deleted it");
+    } else if (!has(base_, k) && !has(inserted_acked_, k) && !has(inserted_maybe_, k)) {
+      violations_.push_back("range workload: " + k +
+                            " is present, but no acknowledged or in-doubt transaction inserted it");
+    }
+  }
+  // Every key the last check found or an acknowledged transaction inserted
+  // stays, unless a transaction that committed (or may have) deleted it.
+  for (const std::set<std::string>* from : {&base_, &inserted_acked_}) {
+    for (const std::string& k : *from) {
+      if (has(present, k) || has(deleted_acked_, k) || has(deleted_maybe_, k)) continue;
+      violations_.push_back("range workload: " + k + " is missing: " +
+                            (from == &base_ ? "the last check found it" : "an acknowledged transaction inserted it") +
+                            " and no transaction that committed deleted it");
+    }
+  }
+  // The next check starts from what the store holds now.
+  base_ = std::move(present);
+  inserted_acked_.clear();
+  inserted_maybe_.clear();
+  deleted_acked_.clear();
+  deleted_maybe_.clear();
 }
 
 std::vector<std::string> RangeWorkload::TakeViolations() {

@@ -7,7 +7,10 @@
 // committed transaction's scan, and no state after a recovery, shows more
 // than cap keys in a group. Two transactions that both scan a group short
 // of cap and both insert into it, because neither scan's range lock kept
-// the other's insert out, break the rule: a phantom (contract 6).
+// the other's insert out, break the rule: a phantom (contract 6). The
+// check after a recovery also compares each group with what was committed
+// (CheckAll): an acknowledged insert or delete lost is reported even where
+// the group stays within its cap.
 //
 // Thread safety: RunOne may be called from several threads at once (each
 // with its own Random64); CheckAll and TakeViolations by one thread while no
@@ -17,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,8 +49,12 @@ class RangeWorkload {
 
   // Reads every group in one transaction: a group over cap is a violation,
   // and its keys are then deleted (in a second transaction), so that a
-  // later check does not report the same phantom again. Errors: what the
-  // reads or the repair returned.
+  // later check does not report the same phantom again. The keys read are
+  // also compared with what was committed since the last check: a key an
+  // acknowledged transaction deleted, or that nothing inserted, must not be
+  // there; a key the last check found or an acknowledged transaction
+  // inserted must be, unless a transaction that committed or is in doubt
+  // deleted it. Errors: what the reads or the repair returned.
   Status CheckAll(client::Client& client);
 
   // The violations found since the last call.
@@ -58,6 +66,8 @@ class RangeWorkload {
  private:
   client::ScanOptions GroupRange(uint32_t g) const;
   std::string GroupPrefix(uint32_t g) const;
+  // CheckAll's comparison of the keys read (per group) with the commits.
+  void CompareWithCommitted(const std::vector<std::vector<std::string>>& groups);
 
   const RangeOptions o_;
   std::atomic<uint64_t> next_key_{0};
@@ -66,6 +76,12 @@ class RangeWorkload {
   std::vector<std::string> violations_;  // guarded by mu_
   uint64_t phantom_scans_ = 0;           // guarded by mu_: since the last TakeViolations
   std::string first_phantom_;            // guarded by mu_: the first of those
+  // Guarded by mu_: the keys the last CheckAll read, and since then the keys
+  // inserted and deleted by acknowledged and by in-doubt transactions (a
+  // commit that returned an error).
+  std::set<std::string> base_;
+  std::set<std::string> inserted_acked_, inserted_maybe_;
+  std::set<std::string> deleted_acked_, deleted_maybe_;
 };
 
 }  // namespace deuteron::crash

@@ -103,4 +103,19 @@ TEST_CASE("fault hooks: malformed variables are InvalidArgument", "[common][faul
   CHECK(SetUpFromEnvironment().status().IsInvalidArgument());
 }
 
+// stall:MS (fault_hooks.md): only with powerloss or torn (a stall ends in
+// the power loss; alone, or with enospc/eio only, nothing would end it), MS
+// a number up to 60000. What a stall does in a running server is checked
+// in tests/tc/cli/fault_hooks_test.cpp (it ends the process).
+TEST_CASE("fault hooks: a malformed stall is InvalidArgument", "[common][faulthooks]") {
+  REQUIRE(HooksCompiled());
+  for (const char* v : {"stall:100", "stall:100,enospc:3", "eio:2,stall:1", "powerloss,stall:x",
+                        "torn,stall:", "powerloss,stall", "powerloss,stall:60001",
+                        "powerloss,stall:-5", "powerloss,stall:99999999999999999999"}) {
+    INFO(v);
+    VarScope scope("DEUTERON_FAULT_ENV", v);
+    CHECK(SetUpFromEnvironment().status().IsInvalidArgument());
+  }
+}
+
 }  // namespace deuteron::fault

@@ -254,6 +254,64 @@ TEST_CASE("fault hooks: SIGUSR2 under powerloss loses the commits ack_before_syn
   CHECK(MissingCommits(dir, kCommits) > 0);
 }
 
+// stall:MS (fault_hooks.md, tc/crash/crash.md "stall"): at SIGUSR2 the disk
+// stops taking writes for MS ms, then the power loss. Meanwhile the rest of
+// the process runs on (a read is answered), nothing is acknowledged (a
+// commit needs its log write and sync, which block at the freeze), and the
+// process dies of the power loss only after the stall.
+TEST_CASE("fault hooks: a stall freezes the disk for its time, then the power loss",
+          "[tc][cli][faulthooks]") {
+  REQUIRE(fault::HooksCompiled());
+  using Clock = std::chrono::steady_clock;
+  constexpr int kStallMs = 1500;  // long enough for a read under a sanitizer on a busy machine
+  const std::string dir = TempDir();
+  std::unique_ptr<Child> child;
+  {
+    EnvScope env("DEUTERON_FAULT_ENV", "powerloss,stall:" + std::to_string(kStallMs) + ",seed:7");
+    // No checkpoint inside the stall: the read below is to meet only the
+    // frozen log, not a flush blocked at the freeze.
+    child = std::make_unique<Child>(std::vector<std::string>{"serve", "--dir", dir, "--listen", "127.0.0.1:0",
+                                                             "--checkpoint-interval", "1h"},
+                                    true);
+  }
+  std::string out;
+  const uint16_t port = ServingPortOf(child.get(), &out);
+  constexpr int kCommits = 10;
+  Status error;
+  const int acked = CommitUntilFailure(port, kCommits, &error);
+  INFO(error.ToString());
+  REQUIRE(error.ok());
+  REQUIRE(acked == kCommits);
+  auto c = client::Client::Connect(test::LoopbackAddress(port));
+  REQUIRE(c.ok());
+  const Clock::time_point signalled = Clock::now();
+  REQUIRE(kill(child->pid(), SIGUSR2) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the freeze is on
+  // The process runs on: a read is answered, well within the stall.
+  {
+    auto t = (*c)->Begin();
+    REQUIRE(t.ok());
+    Result<std::string> got = (*t)->Get("key0");
+    INFO(got.status().ToString());
+    CHECK((got.ok() && *got == "v0"));
+    CHECK(Clock::now() - signalled < std::chrono::milliseconds(kStallMs / 2));
+    (*t)->Abort();
+  }
+  // A commit is not acknowledged: its log write blocks until the power goes.
+  auto t = (*c)->Begin();
+  Status commit = t.ok() ? (*t)->Put("stalled", "x") : t.status();
+  if (commit.ok()) commit = (*t)->Commit();
+  INFO("the commit in the stall: " << commit.ToString());
+  CHECK(!commit.ok());
+  out += child->ReadAll();
+  const auto died_after = Clock::now() - signalled;
+  INFO(out);
+  CHECK(DiedOfSigkill(child.get()));
+  CHECK(out.find("deuteron: power loss\n") != std::string::npos);
+  CHECK(died_after >= std::chrono::milliseconds(kStallMs * 9 / 10));
+  CheckCommitted(dir, kCommits);
+}
+
 TEST_CASE("fault hooks: an injected ENOSPC or EIO is a typed error, not an acknowledgement",
           "[tc][cli][faulthooks]") {
   REQUIRE(fault::HooksCompiled());

@@ -242,6 +242,10 @@ class TxnManager {
   Status health() const;
   // True while the TC waits for the DC, restarts it or replays into it.
   bool dc_recovering() const { return recovering_.load(std::memory_order_acquire); }
+  // OK unless the TC has failed for good; then the error that made it fail.
+  // Final: once not OK it never changes, so it tells a failure apart from a
+  // DC recovery (which ends by itself) whatever happened since health().
+  Status failure() const { return CheckHealthy(); }
 
   uint64_t incarnation() const { return incarnation_.load(std::memory_order_acquire); }
   // Early lock release on or off for the commits that start from now on

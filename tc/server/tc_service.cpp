@@ -180,9 +180,13 @@ void TcSession::CheckServing() const {
   if (closed_) Throw(Status::Unavailable("the session is closed"));
   if (service_->shutting_down_.load()) Throw(Status::ShuttingDown("the TC server is shutting down"));
   if (Status h = service_->tm_->health(); !h.ok()) {
-    // Recovering its DC: the TC serves again by itself (retry later).
-    if (h.IsUnavailable() && service_->tm_->dc_recovering()) Throw(h);
-    Throw(FailedForGood(h));
+    // Failed for good, or recovering its DC (it serves again by itself:
+    // retry later). Told apart by the failure, which is final: a second
+    // look at dc_recovering() would race with the end of the recovery, and
+    // a TC whose recovery ended between the two looks was reported failed
+    // for good (INTERNAL, not retried) while it served.
+    const Status failure = service_->tm_->failure();
+    Throw(failure.ok() ? h : FailedForGood(failure));
   }
 }
 

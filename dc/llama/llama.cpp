@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cassert>
 #include <cstring>
 #include <functional>
@@ -14,6 +15,7 @@
 #include "common/logging.h"
 #include "dc/llama/checkpoint.h"
 #include "dc/llama/internal/llama_impl.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::llama {
 
@@ -174,7 +176,39 @@ Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
     llama->closed_ = true;  // never opened: nothing to make stable or checkpoint
     return s;
   }
+  if (options.clean_in_background && options.cleaning_trigger_segments != 0) {
+    Llama* l = llama.get();
+    llama->cleaner_ = std::thread([l] { l->CleanerLoop(); });
+  }
   return llama;
+}
+
+void Llama::CleanerLoop() {
+  std::unique_lock<std::mutex> lock(cleaner_mu_);
+  for (;;) {
+    // The timeout only bounds a wake-up lost between a flush's request and
+    // this wait (RunDeferredWork notifies without the mutex held).
+    cleaner_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] {
+      return cleaner_stop_ || cleaning_wanted_.load(std::memory_order_relaxed) != 0;
+    });
+    if (cleaner_stop_) return;
+    const size_t segments = cleaning_wanted_.exchange(0, std::memory_order_relaxed);
+    if (segments == 0) continue;
+    lock.unlock();
+    Result<CleanResult> r = CleanSegments(segments, /*release_now=*/false);
+    if (!r.ok()) DLOG_WARN("cleaning {}: {}", dir_, r.status().ToString());
+    lock.lock();
+  }
+}
+
+void Llama::StopCleaner() {
+  if (!cleaner_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(cleaner_mu_);
+    cleaner_stop_ = true;
+  }
+  cleaner_cv_.notify_all();
+  cleaner_.join();
 }
 
 Status Llama::Recover() {
@@ -261,6 +295,7 @@ Status Llama::CloseWithoutCheckpoint() { return CloseImpl(false); }
 Status Llama::CloseImpl(bool checkpoint) {
   if (closed_) return Status::OK();
   closed_ = true;
+  StopCleaner();  // before the LSS's last sync: it writes and checkpoints
   RETURN_IF_ERROR(lss_->MakeStable(lss_->Tail()));
   if (checkpoint) RETURN_IF_ERROR(Checkpoint());
   dir_lock_.reset();  // closed: the next owner may open the store
@@ -268,6 +303,7 @@ Status Llama::CloseImpl(bool checkpoint) {
 }
 
 Llama::~Llama() {
+  StopCleaner();
   if (!closed_ && lss_ != nullptr) {
     Status s = Close();
     if (!s.ok()) DLOG_ERROR("closing LLAMA store {}: {}", dir_, s.ToString());
@@ -338,6 +374,11 @@ void Llama::RunDeferredWork() {
   }
   // Test before exchange: every guard release passes here, and a write to
   // the shared flag on each would bounce its line between threads.
+  if (options_.clean_in_background && options_.cleaning_trigger_segments != 0) {
+    // The background cleaner takes the request (LlamaOptions::clean_in_background).
+    if (cleaning_wanted_.load(std::memory_order_relaxed) != 0) cleaner_cv_.notify_one();
+    return;
+  }
   const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0
                               ? 0
                               : cleaning_wanted_.exchange(0, std::memory_order_relaxed);
@@ -562,7 +603,9 @@ Status Llama::EnsureWritten(LssAddress a) {
 }
 
 Result<const PageNode*> Llama::Materialize(PageId pid, uint64_t entry) {
+  ScopedPhase phase(OpPhase::kPageLoad);
   page_loads_.fetch_add(1, std::memory_order_relaxed);
+  if (IsWarm(pid)) warm_page_loads_.fetch_add(1, std::memory_order_relaxed);
   LoadedState loaded_state;
   if (MappingTable::IsLss(entry)) {
     const LssAddress address = MappingTable::ToLss(entry);
@@ -809,6 +852,8 @@ Llama::Stats Llama::GetStats() const {
   s.swap_outs = swap_outs_.load(std::memory_order_relaxed);
   s.partial_swaps = partial_swaps_.load(std::memory_order_relaxed);
   s.page_loads = page_loads_.load(std::memory_order_relaxed);
+  s.warm_page_loads = warm_page_loads_.load(std::memory_order_relaxed);
+  s.warm_swap_outs = warm_swap_outs_.load(std::memory_order_relaxed);
   s.page_load_reads = page_load_reads_.load(std::memory_order_relaxed);
   s.update_d_failures = update_d_failures_.load(std::memory_order_relaxed);
   s.update_r_failures = update_r_failures_.load(std::memory_order_relaxed);

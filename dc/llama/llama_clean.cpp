@@ -10,6 +10,7 @@
 #include "dc/llama/checkpoint.h"
 #include "dc/llama/internal/llama_impl.h"
 #include "dc/llama/llama.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::llama {
 
@@ -17,6 +18,7 @@ namespace deuteron::llama {
 // Checkpoint
 
 Status Llama::Checkpoint() {
+  ScopedPhase phase(OpPhase::kCheckpoint);
   std::lock_guard<std::mutex> lock(checkpoint_mu_);
   CheckpointData d;
   d.store_id = lss_->identity().store_id;
@@ -238,6 +240,7 @@ Result<CleanResult> Llama::Clean(size_t max_segments) {
 }
 
 Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) {
+  ScopedPhase phase(OpPhase::kCleaning);
   std::lock_guard<std::mutex> lock(clean_mu_);
   CleanResult result;
   const uint64_t segment_size = lss_->identity().segment_size;

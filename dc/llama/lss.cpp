@@ -65,6 +65,7 @@
 
 #include "common/fault_hooks.h"
 #include "dc/llama/internal/lss_impl.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::llama {
 
@@ -175,6 +176,7 @@ Result<Reservation> LogStructuredStore::Impl::Reserve(size_t bytes) {
         waited = true;
         reserve_waits_.fetch_add(1, std::memory_order_relaxed);
       }
+      ScopedPhase phase(OpPhase::kRingWait);
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] {
         return failed_.load() || current_.load() != k || b.state.load() != s;
@@ -265,6 +267,7 @@ void LogStructuredStore::Impl::AfterSeal(uint32_t slot, uint64_t s_sealed, bool 
   uint64_t ns = nb.state.load(std::memory_order_acquire);
   if (!IsIdle(ns)) {
     if (from_reserve) reserve_waits_.fetch_add(1, std::memory_order_relaxed);
+    ScopedPhase phase(OpPhase::kRingWait);
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return IsIdle(nb.state.load(std::memory_order_acquire)); });
     ns = nb.state.load(std::memory_order_acquire);
@@ -383,6 +386,7 @@ void LogStructuredStore::Impl::Complete(uint32_t slot, uint32_t generation, uint
 }
 
 Status LogStructuredStore::Impl::MakeStable(LssAddress address) {
+  ScopedPhase phase(OpPhase::kMakeStable);
   if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeStable before Recover");
   if (hi_stable_.load() >= address && !failed_.load()) return Status::OK();
   RETURN_IF_ERROR(MakeWritten(address));
@@ -441,6 +445,7 @@ Status LogStructuredStore::Impl::SyncAllSegments() {
 }
 
 Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
+  ScopedPhase phase(OpPhase::kMakeWritten);
   if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeWritten before Recover");
   for (;;) {
     if (failed_.load()) return FailureStatus();
@@ -478,6 +483,40 @@ Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
     if (failed_.load()) return failure_;
     return Status::OK();
   }
+}
+
+bool LogStructuredStore::Impl::RingWouldWait(size_t bytes) const {
+  if (!recovered_.load()) return false;
+  const uint64_t k = current_.load(std::memory_order_acquire);
+  const FlushBuffer& b = ring_[k % count_];
+  const uint64_t s = b.state.load(std::memory_order_acquire);
+  if (IsSealed(s)) return true;
+  if (OffsetOf(s) + bytes <= b.capacity.load()) return false;
+  return !IsIdle(ring_[(k + 1) % count_].state.load(std::memory_order_acquire));
+}
+
+bool LogStructuredStore::Impl::StartWrite(LssAddress address) {
+  if (!recovered_.load() || failed_.load()) return false;
+  if (hi_written_.load() >= address) return true;
+  const uint64_t k = current_.load(std::memory_order_acquire);
+  const uint32_t slot = static_cast<uint32_t>(k % count_);
+  FlushBuffer& b = ring_[slot];
+  uint64_t s = b.state.load(std::memory_order_acquire);
+  if (IsSealed(s)) return true;  // the ring is moving on: its write is started
+  const LssAddress base = b.base.load();
+  if (b.state.load(std::memory_order_acquire) != s) return false;  // base may be stale
+  if (OffsetOf(s) == 0 || base + kBufferHeaderSize >= address) return true;  // all sealed
+  // Sealing waits for the next slot to be idle (AfterSeal): leave it to the
+  // ring while that slot's write is still in flight.
+  const FlushBuffer& nb = ring_[static_cast<uint32_t>((k + 1) % count_)];
+  if (!IsIdle(nb.state.load(std::memory_order_acquire))) return false;
+  const uint64_t sealed = (s | kSealedBit) + kActiveOne;
+  if (!b.state.compare_exchange_strong(s, sealed, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+    return false;  // a reservation or a seal got in first; the caller looks again later
+  }
+  AfterSeal(slot, sealed, /*from_reserve=*/false);
+  return true;
 }
 
 LssAddress LogStructuredStore::Impl::Tail() const {
@@ -725,6 +764,8 @@ void LogStructuredStore::Commit(const Reservation& r) { impl_->Commit(r); }
 void LogStructuredStore::Void(const Reservation& r) { impl_->Void(r); }
 Status LogStructuredStore::MakeStable(LssAddress address) { return impl_->MakeStable(address); }
 Status LogStructuredStore::MakeWritten(LssAddress address) { return impl_->MakeWritten(address); }
+bool LogStructuredStore::StartWrite(LssAddress address) { return impl_->StartWrite(address); }
+bool LogStructuredStore::RingWouldWait(size_t bytes) const { return impl_->RingWouldWait(bytes); }
 LssAddress LogStructuredStore::HiStable() const { return impl_->HiStable(); }
 LssAddress LogStructuredStore::HiWritten() const { return impl_->HiWritten(); }
 LssAddress LogStructuredStore::Tail() const { return impl_->Tail(); }

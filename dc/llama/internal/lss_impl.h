@@ -138,6 +138,8 @@ class LogStructuredStore::Impl {
   void Void(const Reservation& r);
   Status MakeStable(LssAddress address);
   Status MakeWritten(LssAddress address);
+  bool StartWrite(LssAddress address);
+  bool RingWouldWait(size_t bytes) const;
   LssAddress HiStable() const { return hi_stable_.load(); }
   LssAddress HiWritten() const { return hi_written_.load(); }
   LssAddress Tail() const;

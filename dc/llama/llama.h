@@ -61,9 +61,10 @@ struct LlamaOptions {
   // without a touch (every other page survives one: its reference bit).
   // At most 127; 1 treats warm pages as any other.
   uint8_t warm_page_sweeps = 4;
-  // The evictor waits for the writes of the pages it flushed only while the
-  // cache is more than a sixteenth over its budget (llama.md, "Memory
-  // budget"); false: it waits for every batch (the behaviour before issue 34).
+  // The evictor starts a sixteenth below the budget and waits for the
+  // writes of the pages it flushed only while the cache is over its budget
+  // (llama.md, "Memory budget"); false: it starts at the budget and waits
+  // for every batch (the behaviour before issue 34).
   bool evict_without_waiting = true;
   // Cleaning (LLAMA 4.3): when a flush moves the LSS tail into a new segment
   // and more than `cleaning_trigger_segments` segments are held that are not
@@ -559,6 +560,8 @@ class Llama {
   // Swaps out the pending pages whose records are written; with `wait`,
   // first waits until all are. REQUIRES: evict_mu_, no guard held.
   Status SwapOutWritten(bool wait);
+  // The cache's size at which eviction starts (MaybeEnforceBudget).
+  size_t SoftBudget() const;
   std::atomic<uint64_t> eviction_passes_{0}, eviction_flushes_{0};
   // Set when work waits for a guard-free moment (relaxed: a hint; the work
   // itself synchronizes through its mutexes).
@@ -571,6 +574,9 @@ class Llama {
   std::mutex cleaner_mu_;
   std::condition_variable cleaner_cv_;
   bool cleaner_stop_ = false;  // GUARDED_BY(cleaner_mu_)
+  // The allocator arena of the thread that last asked for cleaning: the
+  // cleaner allocates from it (common/heap.h, SetHeapThreadArena).
+  std::atomic<int> cleaner_arena_{-1};
 
   std::mutex clean_mu_;                  // one cleaner at a time
   // All below is cleaned (relocated); written under clean_mu_, read anywhere.

@@ -83,11 +83,19 @@ void Llama::MaybeEnforceBudget() {
   // more than the allocation; every 64th is enough to stay within the budget.
   thread_local uint32_t calls = 0;
   if ((++calls & 63) != 0) return;
-  if (MemoryUsage() <= options_.memory_budget) return;
+  if (MemoryUsage() <= SoftBudget()) return;
   // The caller holds a guard (it is building a node): evicting here would
   // make garbage that cannot be reclaimed until the guard goes. Ask for it
   // at the next guard-free moment (Guard::~Guard).
   eviction_wanted_.store(true, std::memory_order_relaxed);
+}
+
+size_t Llama::SoftBudget() const {
+  // Without waiting for writes, eviction starts a sixteenth below the
+  // budget, so that the pages whose writes are in flight fit under it; the
+  // evictor waits only once the cache passes the budget itself.
+  const size_t b = options_.memory_budget;
+  return options_.evict_without_waiting ? b - b / 16 : b;
 }
 
 Status Llama::SwapOutWritten(bool wait) {
@@ -159,11 +167,11 @@ Status Llama::EnforceBudget() {
   // Pages that need a flush first are flushed and swapped out once their
   // records are written, by this pass or a later one: the pass starts the
   // buffer's write (StartWrite) and sweeps on for pages it can drop now,
-  // waiting for the write only while the cache is more than a sixteenth over
-  // its budget (or kMaxPendingSwaps pages wait), so a foreground operation
-  // seldom waits for a pwrite.
-  const size_t hard =
-      options_.evict_without_waiting ? options_.memory_budget + options_.memory_budget / 16 : 0;
+  // waiting for the write only once the cache is over its budget (or
+  // kMaxPendingSwaps pages wait): passes start a sixteenth below it
+  // (SoftBudget), so a foreground operation seldom waits for a pwrite, and
+  // the pages whose writes are in flight stay within the budget.
+  const size_t hard = options_.evict_without_waiting ? options_.memory_budget : 0;
   const PageId high_water = mapping_->high_water();
   for (uint64_t visited = 0; visited < 2 * high_water && live() > target; ++visited) {
     if ((visited & 63) == 63) epochs_->TryReclaim();
@@ -224,7 +232,12 @@ Status Llama::EnforceBudget() {
     RETURN_IF_ERROR(SwapOutWritten(/*wait=*/live() > hard));
   }
   epochs_->TryReclaim();
-  if (const size_t left = live(); left > target) futile_ = FutilePass{true, bound, left};
+  // Over the target with pages whose writes are in flight is not futile:
+  // the next pass swaps them out (and marking it futile let the cache grow
+  // an eighth of the budget past it before the next pass, issue 34).
+  if (const size_t left = live(); left > target && pending_swaps_.empty()) {
+    futile_ = FutilePass{true, bound, left};
+  }
   return Status::OK();
 }
 

@@ -135,9 +135,11 @@ void PurgeHeap() {
 #endif
 }
 
+#if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
 namespace {
 thread_local int thread_arena = -2;  // -2: not asked yet
 }  // namespace
+#endif
 
 int HeapThreadArena() {
 #if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)

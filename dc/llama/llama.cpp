@@ -193,8 +193,22 @@ void Llama::CleanerLoop() {
       return cleaner_stop_ || cleaning_wanted_.load(std::memory_order_relaxed) != 0;
     });
     if (cleaner_stop_) return;
-    const size_t segments = cleaning_wanted_.exchange(0, std::memory_order_relaxed);
-    if (segments == 0) continue;
+    if (cleaning_wanted_.exchange(0, std::memory_order_relaxed) == 0) continue;
+    // The request counted the segments held when a flush reached a new
+    // segment; a pass that ran since may have cleaned them, and cleaning on
+    // that count again relocated what the pass had just written (issue 33's
+    // bounded test: 10.7 MiB relocated of 16.1 written, against 3.3 when
+    // the flushing thread cleans). Count again now, as MaybeClean does.
+    const uint64_t segment_size = lss_->identity().segment_size;
+    const uint64_t first_uncleaned =
+        std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
+    const uint64_t held =
+        lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
+    if (held <= std::max<uint64_t>(options_.cleaning_trigger_segments,
+                                   clean_trigger_.load(std::memory_order_relaxed))) {
+      continue;
+    }
+    const size_t segments = held - std::max<size_t>(options_.cleaning_target_segments, 1);
     // Relocations allocate and free page nodes as the writers do: from the
     // writers' arena, not one of this thread's own that would keep its
     // partly used slabs and dirty pages resident beside theirs (with its

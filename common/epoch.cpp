@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cassert>
+#include <chrono>
 #include <deque>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -420,6 +422,23 @@ size_t EpochManager::ReclaimOwn(Slot* s, bool check_orphans_always) {
 }
 
 size_t EpochManager::TryReclaim() { return ReclaimOwn(LocalSlot(), /*check_orphans_always=*/true); }
+
+void EpochManager::Synchronize() {
+  assert(!InGuard());
+  internal::EpochRegistry& r = *registry_;
+  // Whatever the caller unlinked before this call is behind the advance's
+  // fence (I3): a guard that publishes an epoch above `e` cannot find it.
+  const uint64_t e = r.Advance();
+  auto pause = std::chrono::microseconds(10);
+  // MinActive's acquire loads pair with the exits' release stores: every
+  // read an older guard made happens-before the caller's next step.
+  while (r.MinActive() <= e) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(2 * pause, std::chrono::milliseconds(1));
+  }
+}
+
+bool EpochManager::InGuard() { return LocalSlot()->depth > 0; }
 
 size_t EpochManager::PendingBytes() const {
   const internal::EpochRegistry& r = *registry_;

@@ -142,6 +142,21 @@ class EpochManager {
   // inside a deferral that this thread is running.
   size_t TryReclaim();
 
+  // Waits until every guard that any thread was inside when the call began
+  // has ended (a grace period, as RCU's synchronize). For what readers keep
+  // outside memory, which cannot be deferred as an object: a store's file
+  // space that a reader inside an older guard may still read (LLAMA releases
+  // cleaned segments after this). Guards that begin during the wait do not
+  // hold it back (I3, I4: they read the global epoch after the advance, so
+  // after whatever the caller unlinked before the call). Sleeps between
+  // scans; as long as the longest such guard.
+  // REQUIRES: the calling thread holds no guard of this manager (it would
+  // wait for itself).
+  void Synchronize();
+
+  // Whether the calling thread is inside a guard of this manager.
+  bool InGuard();
+
   // Deferred and not yet run, summed over threads (approximate while threads
   // run).
   size_t PendingBytes() const;

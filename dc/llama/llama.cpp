@@ -405,7 +405,11 @@ void Llama::RunDeferredWork() {
     }
     return;
   }
-  const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0
+  // Cleaning waits for other threads' guards before it releases segments:
+  // never from inside one of this thread's (a raw epoch guard around a
+  // Llama::Guard); the next guard-free moment cleans.
+  const size_t segments = cleaning_wanted_.load(std::memory_order_relaxed) == 0 ||
+                                  epochs_->InGuard()
                               ? 0
                               : cleaning_wanted_.exchange(0, std::memory_order_relaxed);
   if (segments > 0) {

@@ -310,7 +310,9 @@ class Llama {
   // Cleans up to `max_segments` of the oldest segments: relocates every page
   // state still living there to the tail, made contiguous, installed by CAS
   // (retried on conflict); then checkpoints twice, so that no checkpoint
-  // recovery could start from points into them, and releases them.
+  // recovery could start from points into them, waits for every guard open
+  // since before the relocations to end (a reader may hold an old address),
+  // and releases them. Blocks as long as the longest such guard.
   // REQUIRES: the caller holds no epoch guard.
   Result<CleanResult> Clean(size_t max_segments);
 

@@ -306,6 +306,11 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
     std::lock_guard<std::mutex> ck(checkpoint_mu_);
     release = std::min({frontier, checkpoint_rsp_[0], checkpoint_rsp_[1]});
   }
+  // A reader inside a guard that began before the relocations may still
+  // hold an address in these segments (an entry or partial-swap node it
+  // loaded, about to be read): let every such guard end first, or it reads
+  // a released segment, or a recycled file's new records (common/epoch.md).
+  epochs_->Synchronize();
   const uint64_t before = lss_->LowestSegment();
   DEUTERON_KILL_POINT(kDcCleanBeforeRelease);
   RETURN_IF_ERROR(lss_->ReleaseSegmentsBelow(release));

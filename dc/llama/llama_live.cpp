@@ -53,11 +53,10 @@ Result<uint64_t> Llama::StateBytesOf(PageId pid, LssAddress head) {
 Result<uint64_t> Llama::RecountLiveBytes() {
   uint64_t total = 0;
   for (PageId pid = 1; pid < mapping_->high_water(); ++pid) {
-    LssAddress head = kNullAddress;
-    {
-      auto guard = epochs_->Enter();
-      head = EntryLssHead(mapping_->Load(pid));
-    }
+    // The guard lasts the walk: cleaning releases the segments of a state
+    // it relocated only once the guards that could hold its address ended.
+    auto guard = epochs_->Enter();
+    const LssAddress head = EntryLssHead(mapping_->Load(pid));
     // Whole records, checksums verified: not the header walk the count
     // itself falls back on.
     for (LssAddress a = head; a != kNullAddress;) {

@@ -106,6 +106,49 @@ TEST_CASE("Epoch: a guard of another thread blocks, its exit releases", "[common
   CHECK(Load(during) == 1);
 }
 
+TEST_CASE("Epoch: Synchronize waits for the guards open when it began, not for later ones",
+          "[common][epoch]") {
+  EpochManager m(Manual());
+  CHECK_FALSE(m.InGuard());
+  {
+    EpochManager::Guard g = m.Enter();
+    CHECK(m.InGuard());
+  }
+  CHECK_FALSE(m.InGuard());
+  m.Synchronize();  // no guard open: returns at once
+
+  std::atomic<int> step{0};
+  std::thread old_reader([&] {
+    EpochManager::Guard g = m.Enter();
+    step.store(1, std::memory_order_release);
+    WaitFor(step, 3);
+  });
+  WaitFor(step, 1);
+  const uint64_t before = m.current_epoch();
+  std::atomic<bool> done{false};
+  std::thread syncer([&] {
+    m.Synchronize();
+    done.store(true, std::memory_order_release);
+  });
+  // Guards that begin during the wait come and go, and one stays open: none
+  // of them holds it back.
+  std::thread new_reader([&] {
+    while (m.current_epoch() == before) std::this_thread::yield();  // after its advance
+    EpochManager::Guard g = m.Enter();
+    step.store(2, std::memory_order_release);
+    while (step.load(std::memory_order_acquire) < 4) std::this_thread::yield();
+  });
+  WaitFor(step, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(done.load(std::memory_order_acquire));  // the old guard is still open
+  step.store(3, std::memory_order_release);
+  old_reader.join();
+  syncer.join();  // returns with the new guard still open
+  CHECK(done.load(std::memory_order_acquire));
+  step.store(4, std::memory_order_release);
+  new_reader.join();
+}
+
 TEST_CASE("Epoch: nested and moved guards", "[common][epoch]") {
   EpochManager m(Manual());
   std::atomic<uint64_t> runs{0};

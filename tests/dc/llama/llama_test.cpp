@@ -17,62 +17,17 @@
 namespace deuteron::llama {
 namespace {
 
+using test::AddDelta;
+using test::Consolidate;
 using test::Contents;
 using test::CreatePage;
+using test::FlushPage;
 using test::kAll;
 using test::MakeNode;
 using test::OpenOrDie;
+using test::ReadContents;
 using test::SmallOptions;
-
-
-
-std::vector<std::string> ReadContents(Llama* l, PageId pid) {
-  auto g = l->Enter();
-  auto r = l->Read(pid);
-  INFO(r.status().ToString());
-  REQUIRE(r.ok());
-  return Contents(*r);
-}
-
-
-// Usable from any thread (no Catch assertions): false if a read failed.
-bool TryAddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
-  auto g = l->Enter();
-  PageNode* d = MakeNode(l, NodeKind::kDelta, text, tag);
-  for (;;) {
-    auto head = l->Read(pid);
-    if (!head.ok()) {
-      l->DiscardNode(d);
-      return false;
-    }
-    if (l->UpdateD(pid, *head, d)) return true;
-  }
-}
-
-void AddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
-  REQUIRE(TryAddDelta(l, pid, text, tag));
-}
-
-FlushOutcome FlushPage(Llama* l, PageId pid, uint64_t bound) {
-  auto g = l->Enter();
-  for (;;) {
-    auto r = l->Flush(pid, bound, 7);
-    INFO(r.status().ToString());
-    REQUIRE(r.ok());
-    if (r->outcome != FlushOutcome::kRaced) return r->outcome;
-  }
-}
-
-// Update-R: a new base "base+a" (tag 300) under a copied delta "hot" (tag 900)
-// that stays above the bound, as the DC consolidates.
-void Consolidate(Llama* l, PageId pid) {
-  auto g = l->Enter();
-  auto head = l->Read(pid);
-  REQUIRE(head.ok());
-  PageNode* top = MakeNode(l, NodeKind::kDelta, "hot", 900);
-  top->next = MakeNode(l, NodeKind::kBase, "base+a", 300);
-  REQUIRE(l->UpdateR(pid, *head, top));
-}
+using test::TryAddDelta;
 
 TEST_CASE("Flush writes only deltas under the bound and reload restores chain order",
           "[dc][llama][cache]") {
@@ -716,138 +671,6 @@ TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][b
   CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"durable@5", "base@0"});
 }
 
-using test::Contents;
-using test::kAll;
-using test::MakeNode;
-using test::OpenOrDie;
-using test::SmallOptions;
-
-TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llama][clean]") {
-  constexpr int kRounds = 30;  // enough flushed deltas to fill several segments
-  auto mem = NewMemEnv();
-  LlamaOptions o = SmallOptions();
-  o.lss.recycle_pool = 1;
-  o.lss.buffer_size = 256 << 10;  // a page's whole state must fit one buffer
-  // C-delta chains as long as the rounds, spread over the segments (with
-  // the chain limit, flushes would write these pages whole every few rounds).
-  o.max_lss_chain = 0;
-  const std::string filler(3000, 'c');
-  std::map<PageId, std::vector<std::string>> expected;
-  PageId consolidated = 0;
-  {
-    auto l = OpenOrDie(mem.get(), o);
-    std::vector<PageId> pages;
-    for (int i = 0; i < 40; ++i) pages.push_back(CreatePage(l.get(), std::to_string(i) + filler));
-    // Deltas flushed one by one: C-delta chains spread over several segments.
-    for (int round = 0; round < kRounds; ++round) {
-      for (PageId pid : pages) {
-        AddDelta(l.get(), pid, "r" + std::to_string(round) + filler, static_cast<uint64_t>(round));
-        CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
-      }
-    }
-    // One page consolidated but not flushed: its durable state is its prior.
-    consolidated = pages[3];
-    {
-      auto g = l->Enter();
-      auto head = l->Read(consolidated);
-      REQUIRE(head.ok());
-      PageNode* base = MakeNode(l.get(), NodeKind::kBase, "consolidated", kAll);
-      REQUIRE(l->UpdateR(consolidated, *head, base));
-    }
-    REQUIRE(l->MakeStable(l->Tail()).ok());
-    // A mix of residencies: some pages wholly swapped out, one partly.
-    AddDelta(l.get(), pages[5], "unflushed", kAll);
-    {
-      auto g = l->Enter();
-      for (size_t i = 0; i < pages.size(); i += 2) {
-        if (pages[i] != consolidated) l->SwapOut(pages[i]);
-      }
-      l->SwapOut(pages[5]);
-    }
-    for (PageId pid : pages) expected[pid] = ReadContents(l.get(), pid);
-    {
-      auto g = l->Enter();
-      for (size_t i = 0; i < pages.size(); i += 2) {
-        if (pages[i] != consolidated) l->SwapOut(pages[i]);
-      }
-    }
-    const auto before = l->lss()->GetStats();
-    const uint64_t lowest = l->lss()->LowestSegment();
-    REQUIRE(l->lss()->TailSegment() > lowest + 2);
-    auto cleaned = l->Clean(2);
-    INFO(cleaned.status().ToString());
-    REQUIRE(cleaned.ok());
-    CHECK(cleaned->segments_cleaned == 2);
-    CHECK(cleaned->segments_released == 2);
-    CHECK(cleaned->pages_relocated > 0);
-    CHECK(l->lss()->LowestSegment() == lowest + 2);
-    CHECK(l->lss()->GetStats().segments_released > before.segments_released);
-    for (PageId pid : pages) CHECK(ReadContents(l.get(), pid) == expected[pid]);
-    REQUIRE(l->Close().ok());
-  }
-  auto l = OpenOrDie(mem.get(), o);
-  for (const auto& [pid, contents] : expected) {
-    INFO("page " << pid);
-    if (pid == consolidated) {
-      // The unflushed consolidation is gone; the relocated prior state is back.
-      const auto c = ReadContents(l.get(), pid);
-      CHECK(c.size() == kRounds + 1);
-    } else if (contents.front() == "unflushed@" + std::to_string(kAll)) {
-      CHECK(ReadContents(l.get(), pid) ==
-            std::vector<std::string>(contents.begin() + 1, contents.end()));
-    } else {
-      CHECK(ReadContents(l.get(), pid) == contents);
-    }
-  }
-}
-
-using test::Contents;
-using test::kAll;
-using test::MakeNode;
-using test::OpenOrDie;
-using test::SmallOptions;
-
-TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][clean]") {
-  auto mem = NewMemEnv();
-  LlamaOptions o = SmallOptions();
-  o.lss.buffer_size = 256 << 10;
-  o.cleaning_trigger_segments = 3;
-  o.cleaning_target_segments = 2;
-  const std::string filler(4000, 'a');
-  std::map<PageId, std::vector<std::string>> expected;
-  uint64_t max_held = 0;
-  {
-    auto l = OpenOrDie(mem.get(), o);
-    std::vector<PageId> pages;
-    for (int i = 0; i < 20; ++i) pages.push_back(CreatePage(l.get(), "p" + std::to_string(i)));
-    // About 10 MiB of flushes: enough 1 MiB segments for batched releases.
-    for (int round = 0; round < 2500; ++round) {
-      const PageId pid = pages[static_cast<size_t>(round) % pages.size()];
-      if ((round / 20) % 5 == 4) {
-        Consolidate(l.get(), pid);  // old states become garbage
-      } else {
-        AddDelta(l.get(), pid, std::to_string(round) + filler, 1);
-      }
-      REQUIRE(FlushPage(l.get(), pid, kAll) != FlushOutcome::kBlocked);
-      const uint64_t held = l->lss()->TailSegment() - l->lss()->LowestSegment() + 1;
-      max_held = std::max(max_held, held);
-    }
-    const auto s = l->GetStats();
-    CHECK(s.segments_cleaned > 0);
-    CHECK(s.lss.segments_released > 0);
-    // Cleaning starts above the trigger and releases in batches of the trigger.
-    CHECK(max_held <= 2 * o.cleaning_trigger_segments + 2);
-    for (PageId pid : pages) expected[pid] = ReadContents(l.get(), pid);
-    REQUIRE(l->Close().ok());
-  }
-  auto l = OpenOrDie(mem.get(), o);
-  for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
-}
-
-// Issue 35, suspect 3: a PID allocated by a system transaction while a
-// checkpoint reads the mapping table was recorded allocated and empty; the
-// transaction then aborted, and after a crash the PID was allocated for good
-// (leaked). It must be recorded free.
 TEST_CASE("A checkpoint records a PID allocated while it runs as free", "[dc][llama][txn]") {
   auto mem = NewMemEnv();
   FaultInjectionEnv env(mem.get(), 1);

@@ -82,4 +82,52 @@ inline std::vector<std::string> Contents(const PageNode* head) {
   return out;
 }
 
+// A page's contents, read under a guard of its own.
+inline std::vector<std::string> ReadContents(Llama* l, PageId pid) {
+  auto g = l->Enter();
+  auto r = l->Read(pid);
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return Contents(*r);
+}
+
+// Usable from any thread (no Catch assertions): false if a read failed.
+inline bool TryAddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
+  auto g = l->Enter();
+  PageNode* d = MakeNode(l, NodeKind::kDelta, text, tag);
+  for (;;) {
+    auto head = l->Read(pid);
+    if (!head.ok()) {
+      l->DiscardNode(d);
+      return false;
+    }
+    if (l->UpdateD(pid, *head, d)) return true;
+  }
+}
+
+inline void AddDelta(Llama* l, PageId pid, std::string_view text, uint64_t tag) {
+  REQUIRE(TryAddDelta(l, pid, text, tag));
+}
+
+inline FlushOutcome FlushPage(Llama* l, PageId pid, uint64_t bound) {
+  auto g = l->Enter();
+  for (;;) {
+    auto r = l->Flush(pid, bound, 7);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    if (r->outcome != FlushOutcome::kRaced) return r->outcome;
+  }
+}
+
+// Update-R: a new base "base+a" (tag 300) under a copied delta "hot" (tag 900)
+// that stays above the bound, as the DC consolidates.
+inline void Consolidate(Llama* l, PageId pid) {
+  auto g = l->Enter();
+  auto head = l->Read(pid);
+  REQUIRE(head.ok());
+  PageNode* top = MakeNode(l, NodeKind::kDelta, "hot", 900);
+  top->next = MakeNode(l, NodeKind::kBase, "base+a", 300);
+  REQUIRE(l->UpdateR(pid, *head, top));
+}
+
 }  // namespace deuteron::llama::test

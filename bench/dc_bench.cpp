@@ -26,8 +26,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "bench/bench_util.h"
 #include "bench/dc_bench_stores.h"
+#include "dc/llama/op_phases.h"
 #include "bench/dc_bench_workloads.h"
 #include "common/env.h"
 #include "common/heap.h"
@@ -194,6 +197,7 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
     sum.errors += t.errors;
     sum.sum_sq_ns += t.sum_sq_ns;
     if (sum.first_error.empty()) sum.first_error = t.first_error;
+    for (const OpTally::SlowOp& op : t.slowest) sum.NoteSlow(op.ns, op.phases);
   }
   const Histogram::Snapshot lat = latencies.Merged();
   const double n = static_cast<double>(std::max<uint64_t>(lat.count, 1));
@@ -210,6 +214,14 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
   line.SetString("mode", mode).SetString("phase", "run").Set("round", round);
   line.SetLatenciesNs(lat);
   line.Set("stddev_us", out.stddev_us);
+  // Where the slowest operations waited (dc: llama::OpPhase timings, inclusive;
+  // the rest of an operation's time is its own work or the scheduler's).
+  std::string slowest;
+  for (const OpTally::SlowOp& op : sum.slowest) {
+    if (!slowest.empty()) slowest += ' ';
+    slowest += fmt::format("{}us[{}]", op.ns / 1000, op.phases);
+  }
+  line.SetString("slowest_ops", slowest);
   line.Set("cores", UsableCores())
       .Set("cpu_util", Ratio(cpu, seconds))
       .Set("budget_bytes", uint64_t{budget})
@@ -219,6 +231,7 @@ Outcome Measure(KvStore* store, WorkloadRun* run, const std::string& mode, int t
       .Set("writes", sum.writes);
   if (sum.scans != 0) line.Set("scans", sum.scans).Set("scan_items", sum.scan_items);
   const uint64_t peak = monitor->peak();
+  line.Set("heap_in_use_bytes", HeapBytesInUse()).Set("heap_resident_bytes", HeapBytesResident());
   line.Set("peak_rss_bytes", peak)
       .Set("peak_rss_over_budget", Ratio(static_cast<double>(peak), static_cast<double>(budget)) - 1);
   const uint64_t allowance = store->RssAllowance();
@@ -276,6 +289,10 @@ std::vector<Outcome> RunSystem(const std::string& system, const WorkloadSpec& sp
         line.SetString("mode", mode).SetString("phase", "load").Set("round", round)
             .Set("budget_bytes", uint64_t{budget}).Set("data_bytes", run.DataBytes())
             .Set("peak_rss_bytes", monitor.peak());
+        store->AddCounters(&line, run.DataBytes());  // the preload's page loads, ...
+        // What the allocator holds now (one store is open at a time): handed
+        // out, and resident (with its fragmentation and freed pages).
+        line.Set("heap_in_use_bytes", HeapBytesInUse()).Set("heap_resident_bytes", HeapBytesResident());
         line.Print();
       }
       const std::vector<int> threads =
@@ -334,6 +351,10 @@ int Run(int argc, char** argv) {
       {"lss_buffer_kb", "DC: LSS flush buffer size, KiB (at least 512: one record of the largest size must fit)", 512, 65536, 1024},
       {"lss_segment_mb", "DC: LSS segment size, MiB (a power of two)", 1, 1024, 16},
       {"esl_us", "DC: the ESL moves every this many microseconds", 10, 1000000, 1000},
+      {"clean_bg", "DC: 1 cleans on LLAMA's own thread, 0 on the flushing thread", 0, 1, 1},
+      {"heap_tuned", "1: the allocator set up as deuteron dc sets it (decay 1 s, purges over the budget)", 0, 1, 1},
+      {"evict_nowait", "DC: 1 the evictor waits for writes only far over budget, 0 for every batch", 0, 1, 1},
+      {"warm_sweeps", "DC: clock sweeps an inner page survives untouched (1: as a leaf)", 1, 127, 4},
       {"rssp_ms", "DC: an RSSP is proposed at least every this many milliseconds", 1, 600000,
        1000},
       {"rssp_log_mb", "DC: ... and once this many MiB of keys and values were put since", 1,
@@ -344,6 +365,7 @@ int Run(int argc, char** argv) {
   ScratchDir scratch;
   BenchArgs args = ParseArgs(argc, argv, info, &scratch);
   Options o;
+  llama::EnableOpPhaseTiming(true);  // the slowest_ops field
   o.scale = static_cast<double>(args.SettingValue("scale_pct")) / 100.0;
   o.run_ms = args.SettingValue("run_ms");
   o.ingest_ms = args.SettingValue("ingest_ms");
@@ -352,6 +374,16 @@ int Run(int argc, char** argv) {
   o.store.lss_buffer_bytes = static_cast<size_t>(args.SettingValue("lss_buffer_kb")) << 10;
   o.store.lss_segment_bytes = static_cast<size_t>(args.SettingValue("lss_segment_mb")) << 20;
   o.store.esl_period_us = args.SettingValue("esl_us");
+  o.store.clean_in_background = args.SettingValue("clean_bg") != 0;
+  o.store.heap_purge = args.SettingValue("heap_tuned") != 0;
+  if (o.store.heap_purge) {
+    // As `deuteron dc` does (dc/dc.md, "The memory budget"): freed pages go
+    // back to the OS after 1 s instead of 10, for both systems (one allocator).
+    Status s = ConfigureHeapRetention(HeapRetention{});
+    if (!s.ok() && s.code() != Code::kNotSupported) Progress("allocator settings: {}", s.ToString());
+  }
+  o.store.evict_without_waiting = args.SettingValue("evict_nowait") != 0;
+  o.store.warm_page_sweeps = static_cast<uint8_t>(args.SettingValue("warm_sweeps"));
   o.store.rssp_period_ms = args.SettingValue("rssp_ms");
   o.store.rssp_log_bytes = args.SettingValue("rssp_log_mb") << 20;
   if (args.quick) {

@@ -21,6 +21,10 @@
 namespace deuteron::bench {
 namespace {
 
+// The DC's stated resident allowance outside its budget (dc/dc.md, "The memory
+// budget"; tests/dc/dc_memory_test.cpp holds a DC to it).
+constexpr uint64_t kDcFixedAllowance = uint64_t{8} << 20;
+
 // ---------------------------------------------------------------- the DC
 
 // The DC as the TC drives it. Every Put takes the next LSN of one shared
@@ -131,6 +135,9 @@ class DcStore final : public KvStore {
         .Set("eviction_flushes", ls.eviction_flushes)
         .Set("swap_outs", ls.swap_outs)
         .Set("page_loads", ls.page_loads)
+        .Set("warm_page_loads", ls.warm_page_loads)  // inner pages (Llama::KeepWarm)
+        .Set("warm_swap_outs", ls.warm_swap_outs)
+        .Set("eviction_passes", ls.eviction_passes)
         .Set("update_d_cas_failure_rate",
              Ratio(static_cast<double>(ls.update_d_failures), static_cast<double>(ts.writes)))
         .Set("update_r_failures", ls.update_r_failures)
@@ -147,13 +154,15 @@ class DcStore final : public KvStore {
         .Set("rssp_proposals", rssp_proposals_.load());
   }
 
-  // Memory outside the budget's count: the flush-buffer ring and the mapping
-  // table's touched entries (8 bytes a page).
+  // Memory outside the budget's count: the flush-buffer ring, the mapping
+  // table's touched entries (8 bytes a page), and the DC's fixed allowance
+  // (dc/dc.md, "The memory budget": thread stacks, page-read buffers,
+  // LLAMA's per-thread node caches, the allocator's thread caches).
   uint64_t RssAllowance() override {
     // The ring the DC chose for its budget (DcOptions::flush_ring_from_budget).
     const uint64_t ring = uint64_t{config_.lss_buffer_bytes} *
                           static_cast<uint64_t>(dc_->TEST_llama()->lss()->options().buffer_count);
-    return ring + dc_->TEST_llama()->GetStats().pages * 8;
+    return ring + dc_->TEST_llama()->GetStats().pages * 8 + kDcFixedAllowance;
   }
 
   Status Close() override {
@@ -416,6 +425,10 @@ Result<std::unique_ptr<KvStore>> OpenDcStore(const StoreConfig& config) {
   // (bench/README.md, "dc_bench": what each side's memory is).
   options.llama.memory_budget = config.budget_bytes;
   options.llama.checkpoint_on_close = false;
+  options.llama.clean_in_background = config.clean_in_background;
+  options.llama.warm_page_sweeps = config.warm_page_sweeps;
+  options.llama.evict_without_waiting = config.evict_without_waiting;
+  if (config.heap_purge) options.heap_purge_above = config.budget_bytes;
   // A checkpoint every segment of LSS growth instead of every 64 MiB, so
   // that the short runs see several.
   options.checkpoint_interval_bytes = config.lss_segment_bytes;

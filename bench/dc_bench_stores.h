@@ -53,6 +53,12 @@ struct StoreConfig {
   uint64_t esl_period_us = 1000;
   uint64_t rssp_period_ms = 1000;
   uint64_t rssp_log_bytes = uint64_t{16} << 20;
+  // LlamaOptions::clean_in_background and warm_page_sweeps.
+  bool clean_in_background = true;
+  uint8_t warm_page_sweeps = 4;
+  bool evict_without_waiting = true;
+  // DcOptions::heap_purge_above = the budget, as deuteron dc sets it.
+  bool heap_purge = true;
 };
 
 Result<std::unique_ptr<KvStore>> OpenDcStore(const StoreConfig& config);

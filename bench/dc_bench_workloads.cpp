@@ -7,6 +7,7 @@
 #include <array>
 
 #include "common/coding.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::bench {
 namespace {
@@ -137,10 +138,19 @@ uint64_t WorkloadRun::Existing(Random64* rng) const {
   return rng->Uniform(records_);
 }
 
+void OpTally::NoteSlow(uint64_t ns, std::string phases) {
+  SlowOp op{ns, std::move(phases)};
+  auto at = std::find_if(slowest.begin(), slowest.end(),
+                         [&](const SlowOp& s) { return s.ns < ns; });
+  slowest.insert(at, std::move(op));
+  if (slowest.size() > kSlowestKept) slowest.pop_back();
+}
+
 void WorkloadRun::Step(KvStore* store, int t, Random64* rng, Histogram* h, OpTally* tally) {
   thread_local std::string key, value, got;
   bool found = false;
   Status s;
+  const llama::OpPhaseTimes phases0 = llama::ThreadOpPhases();
   const uint64_t t0 = NowNanos();
   switch (spec_.mix) {
     case Mix::kSynthetic: {
@@ -221,6 +231,9 @@ void WorkloadRun::Step(KvStore* store, int t, Random64* rng, Histogram* h, OpTal
   }
   const uint64_t ns = NowNanos() - t0;
   h->Record(ns);
+  if (tally->slowest.size() < OpTally::kSlowestKept || ns > tally->slowest.back().ns) {
+    tally->NoteSlow(ns, llama::OpPhaseDiff(phases0, llama::ThreadOpPhases()));
+  }
   tally->sum_sq_ns += static_cast<double>(ns) * static_cast<double>(ns);
   ++tally->ops;
   if (!s.ok()) {

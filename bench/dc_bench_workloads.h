@@ -65,6 +65,15 @@ struct OpTally {
   uint64_t errors = 0;
   std::string first_error;
   double sum_sq_ns = 0;  // for the standard deviation of latency
+  // The thread's slowest operations (at most kSlowestKept, slowest first) and
+  // where they waited (llama::OpPhaseDiff: "phase:us,...").
+  struct SlowOp {
+    uint64_t ns = 0;
+    std::string phases;
+  };
+  static constexpr size_t kSlowestKept = 3;
+  std::vector<SlowOp> slowest;
+  void NoteSlow(uint64_t ns, std::string phases);
 };
 
 // One store's workload state: the preloaded key count and the counter of

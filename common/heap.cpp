@@ -135,4 +135,32 @@ void PurgeHeap() {
 #endif
 }
 
+#if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
+namespace {
+thread_local int thread_arena = -2;  // -2: not asked yet
+}  // namespace
+#endif
+
+int HeapThreadArena() {
+#if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
+  if (thread_arena == -2) {
+    unsigned arena = 0;
+    thread_arena = ReadCtl("thread.arena", &arena) ? static_cast<int>(arena) : -1;
+  }
+  return thread_arena;
+#else
+  return -1;
+#endif
+}
+
+void SetHeapThreadArena(int arena) {
+#if defined(DEUTERON_JEMALLOC) && !defined(DEUTERON_SANITIZER_HEAP)
+  if (arena < 0 || arena == thread_arena) return;
+  unsigned a = static_cast<unsigned>(arena);
+  if (mallctl("thread.arena", nullptr, nullptr, &a, sizeof(a)) == 0) thread_arena = arena;
+#else
+  (void)arena;
+#endif
+}
+
 }  // namespace deuteron

@@ -60,4 +60,16 @@ Status ConfigureHeapRetention(const HeapRetention& retention);
 // a no-op without jemalloc).
 void PurgeHeap();
 
+// The allocator arena the calling thread allocates from (jemalloc's
+// thread.arena); -1 where the allocator has none to name (glibc,
+// sanitizers). Cached per thread after the first call.
+int HeapThreadArena();
+
+// Makes the calling thread allocate from `arena`, an index HeapThreadArena
+// returned on some thread: a helper thread that allocates and frees what a
+// foreground thread also does (LLAMA's cleaner) then shares its arena
+// instead of keeping a second one's partly used slabs and dirty pages
+// resident (issue 34). A no-op for -1 or without jemalloc.
+void SetHeapThreadArena(int arena);
+
 }  // namespace deuteron

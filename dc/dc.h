@@ -66,7 +66,8 @@ inline constexpr size_t kDefaultCleaningTargetSegments = 2;
 // durable (RSSP, checkpoint, close), not after every flush buffer; and a
 // page's LSS chain kept to kDcMaxLssChain records, so that a page swapped
 // out is read back with at most that many reads (dc/dc.md, "Storage: syncs,
-// page reads and the flush ring").
+// page reads and the flush ring"); and cleaning on LLAMA's own thread, so
+// that no operation waits out a cleaning pass and its checkpoints' syncs.
 inline constexpr size_t kDcMaxLssChain = 3;
 inline llama::LlamaOptions DefaultDcLlamaOptions() {
   llama::LlamaOptions o;
@@ -74,6 +75,7 @@ inline llama::LlamaOptions DefaultDcLlamaOptions() {
   o.cleaning_target_segments = kDefaultCleaningTargetSegments;
   o.lss.sync_on_write = false;
   o.max_lss_chain = kDcMaxLssChain;
+  o.clean_in_background = true;
   return o;
 }
 

@@ -338,6 +338,9 @@ Status BwTree::Descend(Slice key, bool before, uint32_t target_level, Path* path
         *path = at;
         return Status::OK();
       }
+      // An inner page: on every path below it, so the evictor keeps it
+      // longer than a leaf (llama.md, "Memory budget").
+      llama_->KeepWarm(pid);
       // (A removed page is its left neighbour's to consolidate.)
       if (!tried_consolidate && !through_remove && deltas > options_.inner_delta_threshold) {
         tried_consolidate = true;

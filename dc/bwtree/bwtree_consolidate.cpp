@@ -1,5 +1,6 @@
 // BwTree: consolidation and the sizing that follows it (bwtree.h, bwtree.md).
 #include "dc/bwtree/internal/bwtree_impl.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::bwtree {
 
@@ -102,6 +103,7 @@ PageReader BwTree::Reader() {
 }
 
 Status BwTree::ConsolidateLeaf(PageId pid, const PageNode* head, bool* installed) {
+  llama::ScopedPhase phase(llama::OpPhase::kConsolidation);
   *installed = false;
   if (!HasDeltaOf(head, DeltaType::kMerge) && !HasDeltaOf(head, DeltaType::kRemoveNode)) {
     // The common case: no other page's state is involved, and the base's
@@ -183,6 +185,7 @@ Result<bool> BwTree::InstallOverMerged(PageId pid, const PageNode* head, PageNod
 
 Status BwTree::ConsolidateInner(PageId pid, const PageNode* head, const PageNode** installed,
                                 size_t* entries) {
+  llama::ScopedPhase phase(llama::OpPhase::kConsolidation);
   *installed = nullptr;
   if (HasDeltaOf(head, DeltaType::kMerge) || HasDeltaOf(head, DeltaType::kRemoveNode)) {
     return ConsolidateInnerMerges(pid, head, installed, entries);

@@ -15,12 +15,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -55,6 +57,15 @@ struct LlamaOptions {
   std::function<uint64_t()> eviction_flush_bound;
   // Eviction stops once memory is at or below this fraction of the budget.
   double eviction_target = 0.9;
+  // How many sweeps of the clock hand a page marked by KeepWarm survives
+  // without a touch (every other page survives one: its reference bit).
+  // At most 127; 1 treats warm pages as any other.
+  uint8_t warm_page_sweeps = 4;
+  // The evictor starts a sixteenth below the budget and waits for the
+  // writes of the pages it flushed only while the cache is over its budget
+  // (llama.md, "Memory budget"); false: it starts at the budget and waits
+  // for every batch (the behaviour before issue 34).
+  bool evict_without_waiting = true;
   // Cleaning (LLAMA 4.3): when a flush moves the LSS tail into a new segment
   // and more than `cleaning_trigger_segments` segments are held that are not
   // cleaned yet, that thread (once it leaves its guard) cleans the oldest ones
@@ -68,6 +79,12 @@ struct LlamaOptions {
   // still be called).
   size_t cleaning_trigger_segments = 0;
   size_t cleaning_target_segments = 0;
+  // Run that cleaning on a thread of the cache's own (started at Open,
+  // stopped at Close) instead of on the flushing thread as it leaves its
+  // guard: a foreground operation then never waits out a cleaning pass (its
+  // relocations and two checkpoints, each a sync; llama.md, "Cleaning").
+  // The DC turns it on.
+  bool clean_in_background = false;
   // Incremental flushing (llama.md, "Incremental flushing"): the most
   // records a page's LSS chain (newest C-delta down to its kBase) may have,
   // so a page is read back with at most this many LSS reads. A flush that
@@ -240,6 +257,13 @@ class Llama {
   Status EnforceBudget();
   size_t MemoryUsage() const;
 
+  // An access method's hint that page `pid` lies on many operations' paths
+  // (the Bw-tree's inner pages): the evictor's clock hand passes it
+  // `LlamaOptions::warm_page_sweeps` times untouched before it drops it,
+  // rather than once (llama.md, "Memory budget"). Costs a byte load when
+  // the page is already marked.
+  void KeepWarm(PageId pid);
+
   // Mk-Stable and Hi-Stable of the LSS.
   Status MakeStable(LssAddress address) { return lss_->MakeStable(address); }
   LssAddress HiStable() const { return lss_->HiStable(); }
@@ -329,6 +353,8 @@ class Llama {
     uint64_t eviction_passes = 0;
     uint64_t eviction_flushes = 0;   // flushes the evictor did to make pages evictable
     uint64_t page_loads = 0;         // pages (or parts) brought in from the LSS
+    uint64_t warm_page_loads = 0;    // of them, pages marked by KeepWarm (inner pages)
+    uint64_t warm_swap_outs = 0;     // swap-outs of pages marked by KeepWarm
     uint64_t page_load_reads = 0;    // LSS records read for them
     uint64_t update_d_failures = 0;
     uint64_t update_r_failures = 0;
@@ -418,6 +444,7 @@ class Llama {
                      std::vector<std::pair<PageId, LssAddress>>* unresolved);
   void SubtractUnresolved(const std::vector<std::pair<PageId, LssAddress>>& unresolved);
   void Touch(PageId pid);
+  bool IsWarm(PageId pid) const;  // marked by KeepWarm
   // Clean(); releasing cleaned segments (two checkpoints) at once, or only
   // once a batch of cleaned segments waits for it.
   Result<CleanResult> CleanSegments(size_t max_segments, bool release_now);
@@ -528,11 +555,30 @@ class Llama {
     size_t usage = 0;
   };
   FutilePass futile_;              // GUARDED_BY(evict_mu_)
+  // Pages the evictor flushed, to swap out once the LSS has written below
+  // the address (the record's end) noted with each.
+  std::vector<std::pair<PageId, LssAddress>> pending_swaps_;  // GUARDED_BY(evict_mu_)
+  std::unordered_set<PageId> pending_swap_set_;              // GUARDED_BY(evict_mu_)
+  // Swaps out the pending pages whose records are written; with `wait`,
+  // first waits until all are. REQUIRES: evict_mu_, no guard held.
+  Status SwapOutWritten(bool wait);
+  // The cache's size at which eviction starts (MaybeEnforceBudget).
+  size_t SoftBudget() const;
   std::atomic<uint64_t> eviction_passes_{0}, eviction_flushes_{0};
   // Set when work waits for a guard-free moment (relaxed: a hint; the work
   // itself synchronizes through its mutexes).
   std::atomic<bool> eviction_wanted_{false};
   std::atomic<size_t> cleaning_wanted_{0};  // segments to clean
+  // The background cleaner (LlamaOptions::clean_in_background).
+  void CleanerLoop();
+  void StopCleaner();
+  std::thread cleaner_;
+  std::mutex cleaner_mu_;
+  std::condition_variable cleaner_cv_;
+  bool cleaner_stop_ = false;  // GUARDED_BY(cleaner_mu_)
+  // The allocator arena of the thread that last asked for cleaning: the
+  // cleaner allocates from it (common/heap.h, SetHeapThreadArena).
+  std::atomic<int> cleaner_arena_{-1};
 
   std::mutex clean_mu_;                  // one cleaner at a time
   // All below is cleaned (relocated); written under clean_mu_, read anywhere.
@@ -559,6 +605,7 @@ class Llama {
   // Relaxed counters: statistics only.
   std::atomic<uint64_t> flushes_{0}, flush_failures_{0}, flush_bytes_{0}, change_bytes_{0};
   std::atomic<uint64_t> whole_flush_bytes_{0}, chain_rewrites_{0}, incremental_replacements_{0};
+  std::atomic<uint64_t> warm_page_loads_{0}, warm_swap_outs_{0};
   std::atomic<uint64_t> page_loads_{0}, page_load_reads_{0}, swap_outs_{0}, partial_swaps_{0};
   std::atomic<uint64_t> update_d_failures_{0}, update_r_failures_{0};
   std::atomic<uint64_t> txn_commits_{0}, txn_aborts_{0}, checkpoints_{0};

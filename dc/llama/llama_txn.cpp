@@ -46,6 +46,8 @@ Result<PageId> Llama::TAllocate(SystemTxn* txn) {
   // leak it if the transaction aborts or the process crashes.
   std::lock_guard<std::mutex> lock(att_mu_);
   ASSIGN_OR_RETURN(PageId pid, mapping_->Allocate());
+  // A reused PID starts cold: its last page's warm mark (KeepWarm) is not its.
+  if (referenced_ != nullptr) referenced_[pid].store(0, std::memory_order_relaxed);
   txn->allocated_.push_back(pid);
   private_pages_.insert(pid);
   if (checkpoint_reading_) allocated_in_checkpoint_.push_back(pid);

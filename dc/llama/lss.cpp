@@ -65,6 +65,7 @@
 
 #include "common/fault_hooks.h"
 #include "dc/llama/internal/lss_impl.h"
+#include "dc/llama/op_phases.h"
 
 namespace deuteron::llama {
 
@@ -175,6 +176,7 @@ Result<Reservation> LogStructuredStore::Impl::Reserve(size_t bytes) {
         waited = true;
         reserve_waits_.fetch_add(1, std::memory_order_relaxed);
       }
+      ScopedPhase phase(OpPhase::kRingWait);
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] {
         return failed_.load() || current_.load() != k || b.state.load() != s;
@@ -265,6 +267,7 @@ void LogStructuredStore::Impl::AfterSeal(uint32_t slot, uint64_t s_sealed, bool 
   uint64_t ns = nb.state.load(std::memory_order_acquire);
   if (!IsIdle(ns)) {
     if (from_reserve) reserve_waits_.fetch_add(1, std::memory_order_relaxed);
+    ScopedPhase phase(OpPhase::kRingWait);
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [&] { return IsIdle(nb.state.load(std::memory_order_acquire)); });
     ns = nb.state.load(std::memory_order_acquire);
@@ -383,6 +386,7 @@ void LogStructuredStore::Impl::Complete(uint32_t slot, uint32_t generation, uint
 }
 
 Status LogStructuredStore::Impl::MakeStable(LssAddress address) {
+  ScopedPhase phase(OpPhase::kMakeStable);
   if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeStable before Recover");
   if (hi_stable_.load() >= address && !failed_.load()) return Status::OK();
   RETURN_IF_ERROR(MakeWritten(address));
@@ -441,6 +445,7 @@ Status LogStructuredStore::Impl::SyncAllSegments() {
 }
 
 Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
+  ScopedPhase phase(OpPhase::kMakeWritten);
   if (!recovered_.load()) return Status::InvalidArgument("LSS: MakeWritten before Recover");
   for (;;) {
     if (failed_.load()) return FailureStatus();
@@ -480,6 +485,40 @@ Status LogStructuredStore::Impl::MakeWritten(LssAddress address) {
   }
 }
 
+bool LogStructuredStore::Impl::RingWouldWait(size_t bytes) const {
+  if (!recovered_.load()) return false;
+  const uint64_t k = current_.load(std::memory_order_acquire);
+  const FlushBuffer& b = ring_[k % count_];
+  const uint64_t s = b.state.load(std::memory_order_acquire);
+  if (IsSealed(s)) return true;
+  if (OffsetOf(s) + bytes <= b.capacity.load()) return false;
+  return !IsIdle(ring_[(k + 1) % count_].state.load(std::memory_order_acquire));
+}
+
+bool LogStructuredStore::Impl::StartWrite(LssAddress address) {
+  if (!recovered_.load() || failed_.load()) return false;
+  if (hi_written_.load() >= address) return true;
+  const uint64_t k = current_.load(std::memory_order_acquire);
+  const uint32_t slot = static_cast<uint32_t>(k % count_);
+  FlushBuffer& b = ring_[slot];
+  uint64_t s = b.state.load(std::memory_order_acquire);
+  if (IsSealed(s)) return true;  // the ring is moving on: its write is started
+  const LssAddress base = b.base.load();
+  if (b.state.load(std::memory_order_acquire) != s) return false;  // base may be stale
+  if (OffsetOf(s) == 0 || base + kBufferHeaderSize >= address) return true;  // all sealed
+  // Sealing waits for the next slot to be idle (AfterSeal): leave it to the
+  // ring while that slot's write is still in flight.
+  const FlushBuffer& nb = ring_[static_cast<uint32_t>((k + 1) % count_)];
+  if (!IsIdle(nb.state.load(std::memory_order_acquire))) return false;
+  const uint64_t sealed = (s | kSealedBit) + kActiveOne;
+  if (!b.state.compare_exchange_strong(s, sealed, std::memory_order_acq_rel,
+                                       std::memory_order_acquire)) {
+    return false;  // a reservation or a seal got in first; the caller looks again later
+  }
+  AfterSeal(slot, sealed, /*from_reserve=*/false);
+  return true;
+}
+
 LssAddress LogStructuredStore::Impl::Tail() const {
   if (!recovered_.load()) return kNullAddress;
   for (;;) {
@@ -504,29 +543,44 @@ std::shared_ptr<LogStructuredStore::Impl::Segment> LogStructuredStore::Impl::Fin
 
 Result<std::shared_ptr<LogStructuredStore::Impl::Segment>>
 LogStructuredStore::Impl::SegmentForWrite(uint64_t n) {
-  std::lock_guard<std::mutex> l(seg_mu_);
-  if (auto it = segments_.find(n); it != segments_.end()) return it->second;
+  if (std::shared_ptr<Segment> seg = FindSegment(n)) return seg;
+  // Created outside seg_mu_: a new segment's header write and two syncs take
+  // milliseconds, and every record read looks its segment up under seg_mu_
+  // (issue 34: page loads of 22 ms behind a segment's creation, on a quiet
+  // machine). create_mu_ keeps creations one at a time and in order.
+  std::lock_guard<std::mutex> c(create_mu_);
+  if (std::shared_ptr<Segment> seg = FindSegment(n)) return seg;
   // Segment files are created in order, even when buffers complete out of
   // order, so that a segment file never exists without the ones before it:
   // the lowest file is always where the log (or its unreleased part) begins.
   assert(n >= next_to_create_);
-  for (uint64_t m = next_to_create_; m < n; ++m) {
-    if (segments_.count(m) == 0) RETURN_IF_ERROR(CreateSegmentLocked(m).status());
+  std::shared_ptr<Segment> created;
+  for (uint64_t m = next_to_create_; m <= n; ++m) {
+    if (m < n && FindSegment(m) != nullptr) continue;
+    ASSIGN_OR_RETURN(created, CreateSegment(m));
+    std::lock_guard<std::mutex> l(seg_mu_);
+    segments_[m] = created;
   }
-  ASSIGN_OR_RETURN(std::shared_ptr<Segment> seg, CreateSegmentLocked(n));
   next_to_create_ = std::max(next_to_create_, n + 1);
-  return seg;
+  return created;
 }
 
 Result<std::shared_ptr<LogStructuredStore::Impl::Segment>>
-LogStructuredStore::Impl::CreateSegmentLocked(uint64_t n) {
+LogStructuredStore::Impl::CreateSegment(uint64_t n) {
   const std::string path = SegmentPath(n);
   auto seg = std::make_shared<Segment>();
-  if (!recycle_pool_.empty()) {
+  std::string recycled;
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    if (!recycle_pool_.empty()) {
+      recycled = recycle_pool_.back();
+      recycle_pool_.pop_back();
+    }
+  }
+  if (!recycled.empty()) {
     // Writing over an existing file is faster than growing one (LIMITS.md).
     // Its old buffers carry their old addresses, so none is valid here.
-    RETURN_IF_ERROR(env_->RenameFile(recycle_pool_.back(), path));
-    recycle_pool_.pop_back();
+    RETURN_IF_ERROR(env_->RenameFile(recycled, path));
     ASSIGN_OR_RETURN(std::unique_ptr<File> f, env_->OpenFile(path, OpenMode::kReadWrite));
     seg->file = std::move(f);
     segments_recycled_.fetch_add(1, std::memory_order_relaxed);
@@ -544,7 +598,6 @@ LogStructuredStore::Impl::CreateSegmentLocked(uint64_t n) {
   RETURN_IF_ERROR(seg->file->Sync());
   syncs_.fetch_add(1, std::memory_order_relaxed);
   RETURN_IF_ERROR(env_->SyncDir(lss_dir_));
-  segments_[n] = seg;
   return seg;
 }
 
@@ -616,24 +669,27 @@ Status LogStructuredStore::Impl::ReleaseSegmentsBelow(LssAddress frontier) {
   // Never the segment being written, nor one a buffer not yet stable is in.
   const uint64_t limit =
       std::min(TailSegment(), SegmentOf(hi_stable_.load(), segment_size_));
-  std::lock_guard<std::mutex> l(seg_mu_);
   bool changed = false;
-  while (!segments_.empty()) {
-    auto it = segments_.begin();
-    const uint64_t n = it->first;
-    if (n >= limit || (n + 1) * segment_size_ > frontier) break;
-    if (recycle_pool_.size() < static_cast<size_t>(options_.recycle_pool)) {
-      const std::string to = FreePath(n);
-      RETURN_IF_ERROR(env_->RenameFile(SegmentPath(n), to));
-      recycle_pool_.push_back(to);
-    } else {
-      RETURN_IF_ERROR(env_->DeleteFile(SegmentPath(n)));
+  {
+    std::lock_guard<std::mutex> l(seg_mu_);
+    while (!segments_.empty()) {
+      auto it = segments_.begin();
+      const uint64_t n = it->first;
+      if (n >= limit || (n + 1) * segment_size_ > frontier) break;
+      if (recycle_pool_.size() < static_cast<size_t>(options_.recycle_pool)) {
+        const std::string to = FreePath(n);
+        RETURN_IF_ERROR(env_->RenameFile(SegmentPath(n), to));
+        recycle_pool_.push_back(to);
+      } else {
+        RETURN_IF_ERROR(env_->DeleteFile(SegmentPath(n)));
+      }
+      // Readers holding the Segment keep the open file (and its data) until done.
+      segments_.erase(it);
+      segments_released_.fetch_add(1, std::memory_order_relaxed);
+      changed = true;
     }
-    // Readers holding the Segment keep the open file (and its data) until done.
-    segments_.erase(it);
-    segments_released_.fetch_add(1, std::memory_order_relaxed);
-    changed = true;
   }
+  // After seg_mu_ is let go: record reads look their segments up under it.
   if (changed) RETURN_IF_ERROR(env_->SyncDir(lss_dir_));
   return Status::OK();
 }
@@ -725,6 +781,8 @@ void LogStructuredStore::Commit(const Reservation& r) { impl_->Commit(r); }
 void LogStructuredStore::Void(const Reservation& r) { impl_->Void(r); }
 Status LogStructuredStore::MakeStable(LssAddress address) { return impl_->MakeStable(address); }
 Status LogStructuredStore::MakeWritten(LssAddress address) { return impl_->MakeWritten(address); }
+bool LogStructuredStore::StartWrite(LssAddress address) { return impl_->StartWrite(address); }
+bool LogStructuredStore::RingWouldWait(size_t bytes) const { return impl_->RingWouldWait(bytes); }
 LssAddress LogStructuredStore::HiStable() const { return impl_->HiStable(); }
 LssAddress LogStructuredStore::HiWritten() const { return impl_->HiWritten(); }
 LssAddress LogStructuredStore::Tail() const { return impl_->Tail(); }

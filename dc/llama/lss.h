@@ -33,7 +33,7 @@
 //  6. After an I/O error the store is failed: reservations, MakeStable and
 //     later writes return that error and Hi-Stable stops; reopen to recover.
 //
-// Thread safety: Reserve, Commit, Void, MakeStable, MakeWritten, HiStable,
+// Thread safety: Reserve, Commit, Void, MakeStable, MakeWritten, StartWrite, HiStable,
 // HiWritten, Tail, ReadRecord,
 // Read and GetStats are thread-safe. Recover must be called exactly once, after
 // Open and before any write, by one thread. ReleaseSegmentsBelow is
@@ -146,6 +146,16 @@ class LogStructuredStore {
   // its segment file (readable by ReadRecord), synced or not. The same as
   // MakeStable with sync_on_write.
   Status MakeWritten(LssAddress address);
+  // Starts the write of the open buffer if it holds bytes below `address`
+  // and the ring's next buffer is free to take over (so it never waits: not
+  // for the write, nor for a full ring). False when the bytes below
+  // `address` will be written only once the ring moves on by itself (or a
+  // MakeWritten); true when they are written or on their way.
+  bool StartWrite(LssAddress address);
+  // Whether a reservation of `bytes` now could wait for the ring: the open
+  // buffer is sealed (the ring is moving on), or too full for `bytes` while
+  // the next buffer's write is still in flight. A hint (it may change at once).
+  bool RingWouldWait(size_t bytes) const;
   // Hi-Written: every byte below the returned address is written (>= HiStable).
   LssAddress HiWritten() const;
   // Where the next reservation would start (a lower bound once it is read).

@@ -138,6 +138,8 @@ class LogStructuredStore::Impl {
   void Void(const Reservation& r);
   Status MakeStable(LssAddress address);
   Status MakeWritten(LssAddress address);
+  bool StartWrite(LssAddress address);
+  bool RingWouldWait(size_t bytes) const;
   LssAddress HiStable() const { return hi_stable_.load(); }
   LssAddress HiWritten() const { return hi_written_.load(); }
   LssAddress Tail() const;
@@ -214,8 +216,10 @@ class LogStructuredStore::Impl {
   // missing one before it) if needed.
   Result<std::shared_ptr<Segment>> SegmentForWrite(uint64_t n);
   // Creates (or recycles) segment n's file: header written and synced,
-  // directory synced. REQUIRES: seg_mu_ held.
-  Result<std::shared_ptr<Segment>> CreateSegmentLocked(uint64_t n);
+  // directory synced; not yet in segments_. REQUIRES: create_mu_ held, not
+  // seg_mu_ (the syncs take milliseconds; every record read looks its
+  // segment up under seg_mu_).
+  Result<std::shared_ptr<Segment>> CreateSegment(uint64_t n);
   std::shared_ptr<Segment> FindSegment(uint64_t n) const;
   static Status SyncSegment(Segment* seg, uint64_t ticket, std::atomic<uint64_t>* syncs);
   // Without sync_on_write: syncs every segment file with unsynced writes and
@@ -267,10 +271,13 @@ class LogStructuredStore::Impl {
   std::map<uint64_t, LssAddress> done_out_of_order_;  // GUARDED_BY(mu_): sequence -> end
 
   // Segment files.
+  std::mutex create_mu_;       // one segment creation at a time (before seg_mu_)
   mutable std::mutex seg_mu_;  // lock order: seg_mu_ before a Segment's io_mu
   std::map<uint64_t, std::shared_ptr<Segment>> segments_;  // GUARDED_BY(seg_mu_)
   std::vector<std::string> recycle_pool_;                  // GUARDED_BY(seg_mu_): paths
-  uint64_t next_to_create_ = 0;  // GUARDED_BY(seg_mu_): no segment file at or above it exists
+  // No segment file at or above it exists. GUARDED_BY(create_mu_) (set by
+  // recovery before any write).
+  uint64_t next_to_create_ = 0;
 
   // I/O threads.
   std::mutex io_mu_;

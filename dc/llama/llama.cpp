@@ -178,6 +178,7 @@ Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
     return s;
   }
   if (options.clean_in_background && options.cleaning_trigger_segments != 0) {
+    llama->background_cleaning_ = true;
     Llama* l = llama.get();
     llama->cleaner_ = std::thread([l] { l->CleanerLoop(); });
   }
@@ -187,28 +188,16 @@ Result<std::unique_ptr<Llama>> Llama::Open(Env* env, const std::string& dir,
 void Llama::CleanerLoop() {
   std::unique_lock<std::mutex> lock(cleaner_mu_);
   for (;;) {
-    // The timeout only bounds a wake-up lost between a flush's request and
-    // this wait (RunDeferredWork notifies without the mutex held).
-    cleaner_cv_.wait_for(lock, std::chrono::milliseconds(50), [this] {
+    cleaner_cv_.wait(lock, [this] {
       return cleaner_stop_ || cleaning_wanted_.load(std::memory_order_relaxed) != 0;
     });
     if (cleaner_stop_) return;
-    if (cleaning_wanted_.exchange(0, std::memory_order_relaxed) == 0) continue;
-    // The request counted the segments held when a flush reached a new
-    // segment; a pass that ran since may have cleaned them, and cleaning on
-    // that count again relocated what the pass had just written (issue 33's
-    // bounded test: 10.7 MiB relocated of 16.1 written, against 3.3 when
-    // the flushing thread cleans). Count again now, as MaybeClean does.
-    const uint64_t segment_size = lss_->identity().segment_size;
-    const uint64_t first_uncleaned =
-        std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
-    const uint64_t held =
-        lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
-    if (held <= std::max<uint64_t>(options_.cleaning_trigger_segments,
-                                   clean_trigger_.load(std::memory_order_relaxed))) {
-      continue;
-    }
-    const size_t segments = held - std::max<size_t>(options_.cleaning_target_segments, 1);
+    cleaning_wanted_.store(0, std::memory_order_relaxed);
+    // Counted again now, not taken from the request: a pass that ran since
+    // may have cleaned those segments, and cleaning on the old count would
+    // relocate what that pass just wrote.
+    const size_t segments = SegmentsToClean();
+    if (segments == 0) continue;
     // Relocations allocate and free page nodes as the writers do: from the
     // writers' arena, not one of this thread's own that would keep its
     // partly used slabs and dirty pages resident beside theirs (with its
@@ -395,16 +384,9 @@ void Llama::RunDeferredWork() {
     Status s = EnforceBudget();
     if (!s.ok()) DLOG_WARN("eviction in {}: {}", dir_, s.ToString());
   }
+  if (background_cleaning_) return;  // MaybeClean woke the cleaner
   // Test before exchange: every guard release passes here, and a write to
   // the shared flag on each would bounce its line between threads.
-  if (options_.clean_in_background && options_.cleaning_trigger_segments != 0) {
-    // The background cleaner takes the request (LlamaOptions::clean_in_background).
-    if (cleaning_wanted_.load(std::memory_order_relaxed) != 0) {
-      cleaner_arena_.store(HeapThreadArena(), std::memory_order_relaxed);
-      cleaner_cv_.notify_one();
-    }
-    return;
-  }
   // Cleaning waits for other threads' guards before it releases segments:
   // never from inside one of this thread's (a raw epoch guard around a
   // Llama::Guard); the next guard-free moment cleans.

@@ -157,7 +157,10 @@ class Llama {
   // An epoch guard. Work the cache defers until no guard is held (eviction
   // when over budget, cleaning when the LSS holds too many segments) runs
   // when a thread releases its outermost guard, so that the garbage it makes
-  // can be reclaimed as it goes.
+  // can be reclaimed as it goes. Without clean_in_background that cleaning
+  // waits for every other thread's older guard before it releases segments:
+  // release an outermost guard holding no lock that a thread inside a guard
+  // may wait for.
   class Guard {
    public:
     Guard(Guard&& other) noexcept;
@@ -451,6 +454,10 @@ class Llama {
   // Relocates the page's LSS state if any record of it lies in [lo, hi).
   Status RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result);
   void MaybeClean(LssAddress flushed_at);
+  // Segments held that are not cleaned yet, and how many of the oldest to
+  // clean now (0 while they are within the trigger).
+  uint64_t SegmentsHeld() const;
+  size_t SegmentsToClean() const;
   // For the evictor: whether flushing the page under `bound` can help
   // without reading it back (true unless it is partly swapped out and no
   // unflushed node lies under the bound). REQUIRES: an epoch guard.
@@ -568,8 +575,12 @@ class Llama {
   // Set when work waits for a guard-free moment (relaxed: a hint; the work
   // itself synchronizes through its mutexes).
   std::atomic<bool> eviction_wanted_{false};
-  std::atomic<size_t> cleaning_wanted_{0};  // segments to clean
-  // The background cleaner (LlamaOptions::clean_in_background).
+  // Asked for by a flush that reached a new segment: segments to clean at
+  // the next guard-free moment; with a background cleaner, nonzero while a
+  // pass is wanted (written under cleaner_mu_, then the cleaner is woken).
+  std::atomic<size_t> cleaning_wanted_{0};
+  // The background cleaner (LlamaOptions::clean_in_background); set at open.
+  bool background_cleaning_ = false;
   void CleanerLoop();
   void StopCleaner();
   std::thread cleaner_;

@@ -173,6 +173,7 @@ Status Llama::EnforceBudget() {
   // the pages whose writes are in flight stay within the budget.
   const size_t hard = options_.evict_without_waiting ? options_.memory_budget : 0;
   const PageId high_water = mapping_->high_water();
+  bool skipped_for_ring = false;  // pages left for the next pass: not futile
   for (uint64_t visited = 0; visited < 2 * high_water && live() > target; ++visited) {
     if ((visited & 63) == 63) epochs_->TryReclaim();
     if (clock_hand_ >= high_water || clock_hand_ == 0) clock_hand_ = 1;
@@ -186,6 +187,7 @@ Status Llama::EnforceBudget() {
       }
     }
     if (pending_swap_set_.count(pid) != 0) continue;  // flushed, its write under way
+    bool queued = false;
     {
       auto guard = epochs_->Enter();
       if (SwapOut(pid)) {
@@ -203,7 +205,10 @@ Status Llama::EnforceBudget() {
       // A flush now would wait for the ring (both buffers busy): while the
       // cache is within a sixteenth of its budget, look for pages that can
       // go without one instead; the next pass flushes this one.
-      if (live() <= hard && lss_->RingWouldWait(kRingProbeBytes)) continue;
+      if (live() <= hard && lss_->RingWouldWait(kRingProbeBytes)) {
+        skipped_for_ring = true;
+        continue;
+      }
       // Annotated with its bound, like every flush under the owner's bound.
       Result<FlushResult> r = Flush(pid, bound, options_.eviction_flush_bound ? bound : 0);
       if (!r.ok() && r.status().IsNotFound()) continue;  // freed under the evictor
@@ -217,10 +222,12 @@ Status Llama::EnforceBudget() {
         pending_swaps_.push_back(
             {pid, r->outcome == FlushOutcome::kFlushed ? r->end : lss_->Tail()});
         pending_swap_set_.insert(pid);
+        queued = true;
       }
     }  // (the guard ends: SwapOutWritten may wait for a write)
     const size_t pending = pending_swaps_.size();
-    if (pending >= kSwapBatch && pending % kSwapBatch == 0) lss_->StartWrite(lss_->Tail());
+    // Each batch of queued pages starts its buffer's write once.
+    if (queued && pending % kSwapBatch == 0) lss_->StartWrite(lss_->Tail());
     if ((pending >= kSwapBatch && live() > hard) || pending >= kMaxPendingSwaps) {
       RETURN_IF_ERROR(SwapOutWritten(/*wait=*/true));
     } else if ((visited & 15) == 15) {
@@ -232,10 +239,10 @@ Status Llama::EnforceBudget() {
     RETURN_IF_ERROR(SwapOutWritten(/*wait=*/live() > hard));
   }
   epochs_->TryReclaim();
-  // Over the target with pages whose writes are in flight is not futile:
-  // the next pass swaps them out (and marking it futile let the cache grow
-  // an eighth of the budget past it before the next pass, issue 34).
-  if (const size_t left = live(); left > target && pending_swaps_.empty()) {
+  // Over the target with pages whose writes are in flight, or pages left
+  // because the ring was busy, is not futile: the next pass can drop them
+  // (a futile mark lets the cache grow an eighth of the budget first).
+  if (const size_t left = live(); left > target && pending_swaps_.empty() && !skipped_for_ring) {
     futile_ = FutilePass{true, bound, left};
   }
   return Status::OK();

@@ -2,11 +2,13 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "common/coding.h"
 #include "common/fault_hooks.h"
+#include "common/heap.h"
 #include "common/logging.h"
 #include "dc/llama/checkpoint.h"
 #include "dc/llama/internal/llama_impl.h"
@@ -99,17 +101,37 @@ void Llama::MaybeClean(LssAddress flushed_at) {
       !tail_segment_seen_.compare_exchange_strong(seen, segment, std::memory_order_relaxed)) {
     return;
   }
-  const uint64_t segment_size = lss_->identity().segment_size;
-  const uint64_t first_uncleaned =
-      std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
-  const uint64_t held = lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
-  if (held <= std::max<uint64_t>(options_.cleaning_trigger_segments,
-                                 clean_trigger_.load(std::memory_order_relaxed))) {
+  const size_t segments = SegmentsToClean();
+  if (segments == 0) return;
+  if (background_cleaning_) {
+    // Once per new segment: the cleaner allocates from this thread's arena
+    // (common/heap.h: the writers' slabs, not one of its own).
+    cleaner_arena_.store(HeapThreadArena(), std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(cleaner_mu_);
+      cleaning_wanted_.store(segments, std::memory_order_relaxed);
+    }
+    cleaner_cv_.notify_one();
     return;
   }
   // The flushing thread holds a guard: clean when it lets go of it.
-  cleaning_wanted_.store(held - std::max<size_t>(options_.cleaning_target_segments, 1),
-                         std::memory_order_relaxed);
+  cleaning_wanted_.store(segments, std::memory_order_relaxed);
+}
+
+uint64_t Llama::SegmentsHeld() const {
+  const uint64_t segment_size = lss_->identity().segment_size;
+  const uint64_t first_uncleaned =
+      std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
+  return lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
+}
+
+size_t Llama::SegmentsToClean() const {
+  const uint64_t held = SegmentsHeld();
+  if (held <= std::max<uint64_t>(options_.cleaning_trigger_segments,
+                                 clean_trigger_.load(std::memory_order_relaxed))) {
+    return 0;
+  }
+  return held - std::max<size_t>(options_.cleaning_target_segments, 1);
 }
 
 Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResult* result) {
@@ -244,6 +266,9 @@ Status Llama::RelocateIfLive(PageId pid, LssAddress lo, LssAddress hi, CleanResu
 }
 
 Result<CleanResult> Llama::Clean(size_t max_segments) {
+  // Releasing waits for every older guard: inside one, it would wait for
+  // itself.
+  if (epochs_->InGuard()) return Status::InvalidArgument("Llama::Clean inside an epoch guard");
   return CleanSegments(max_segments, /*release_now=*/true);
 }
 
@@ -281,11 +306,7 @@ Result<CleanResult> Llama::CleanSegments(size_t max_segments, bool release_now) 
     // fixed trigger, which a live state bigger than it would meet after
     // every new segment, relocating the whole state each time (llama.md,
     // "Cleaning").
-    const uint64_t first_uncleaned =
-        std::max(lss_->LowestSegment(), cleaned_frontier_.load() / segment_size);
-    const uint64_t held =
-        lss_->TailSegment() + 1 - std::min(first_uncleaned, lss_->TailSegment());
-    clean_trigger_.store(2 * held, std::memory_order_relaxed);
+    clean_trigger_.store(2 * SegmentsHeld(), std::memory_order_relaxed);
   }
   bytes_relocated_.fetch_add(result.bytes_relocated, std::memory_order_relaxed);
 

@@ -284,7 +284,8 @@ class Log::Impl {
     // fdatasync, and a futex wake costs tens of microseconds on a vCPU. Under
     // load a poller would only take a core from the leader and the committers
     // it wakes. A poller stops as soon as no leader is left, to lead itself.
-    bool poll = sleepers_.load(std::memory_order_relaxed) == 0 &&
+    // Off unless committer_spin_us > 0 (the default is 0: wal.md, "Polling").
+    bool poll = opts_.committer_spin_us > 0 && sleepers_.load(std::memory_order_relaxed) == 0 &&
                 leading_.load(std::memory_order_relaxed);
     if (poll &&
         spinners_.fetch_add(1, std::memory_order_relaxed) >= opts_.max_spinning_committers) {

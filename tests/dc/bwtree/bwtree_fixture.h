@@ -48,12 +48,12 @@ struct Fixture {
 
 // Writes and requires the given outcome; keeps `model` in step.
 inline void Write(BwTree* tree, Model* model, WriteKind kind, const std::string& key,
-           const std::string& value, uint64_t lsn) {
+                  const std::string& value, uint64_t lsn) {
   const bool del = kind == WriteKind::kDelete || kind == WriteKind::kBlindDelete;
   const Expect want = model->Apply(kind, key, value, lsn);
   Status s = tree->Write(kind, key, del ? Slice() : Slice(value), lsn);
-  INFO(KindName(kind) << " " << Esc(key) << " @" << lsn << ": " << s.ToString()
-                            << ", want " << ExpectName(want));
+  INFO(KindName(kind) << " " << Esc(key) << " @" << lsn << ": " << s.ToString() << ", want "
+                       << ExpectName(want));
   REQUIRE(Matches(s, want));
 }
 
@@ -89,3 +89,31 @@ inline BwTreeOptions PurgeAll(BwTreeOptions o) {
 }
 
 }  // namespace deuteron::bwtree::test
+
+// The names the tree tests use unqualified (each test file's own helpers,
+// in its anonymous namespace, hide these where they share a name).
+namespace deuteron::bwtree {
+using llama::Llama;
+using llama::LlamaOptions;
+using test::CompareAll;
+using test::Describe;
+using test::Expect;
+using test::Fixture;
+using test::Item;
+using test::kAll;
+using test::Key;
+using test::Model;
+using test::OpenLlama;
+using test::OpenTree;
+using test::PurgeAll;
+using test::RequireAbsent;
+using test::RequireCheck;
+using test::RequireFound;
+using test::RequireSame;
+using test::ScanItems;
+using test::ScanText;
+using test::SmallNodeOptions;
+using test::TestOptions;
+using test::TreeLlamaOptions;
+using test::Write;
+}  // namespace deuteron::bwtree

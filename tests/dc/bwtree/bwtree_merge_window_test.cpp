@@ -27,30 +27,6 @@
 namespace deuteron::bwtree {
 namespace {
 
-using llama::Llama;
-using llama::LlamaOptions;
-using test::CompareAll;
-using test::Describe;
-using test::Expect;
-using test::Item;
-using test::Key;
-using test::kAll;
-using test::Model;
-using test::OpenLlama;
-using test::OpenTree;
-using test::RequireCheck;
-using test::ScanItems;
-using test::ScanText;
-using test::SmallNodeOptions;
-using test::TestOptions;
-using test::TreeLlamaOptions;
-using test::Fixture;
-using test::PurgeAll;
-using test::RequireAbsent;
-using test::RequireFound;
-using test::RequireSame;
-using test::Write;
-
 // A crash can leave a merge half done, or a parent's route behind it, in
 // shapes a run of writes cannot be steered into. These tests build such a
 // tree page by page in a fresh store (PIDs are handed out 1, 2, 3, ...) and

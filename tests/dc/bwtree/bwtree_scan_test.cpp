@@ -27,30 +27,6 @@
 namespace deuteron::bwtree {
 namespace {
 
-using llama::Llama;
-using llama::LlamaOptions;
-using test::CompareAll;
-using test::Describe;
-using test::Expect;
-using test::Item;
-using test::Key;
-using test::kAll;
-using test::Model;
-using test::OpenLlama;
-using test::OpenTree;
-using test::RequireCheck;
-using test::ScanItems;
-using test::ScanText;
-using test::SmallNodeOptions;
-using test::TestOptions;
-using test::TreeLlamaOptions;
-using test::Fixture;
-using test::PurgeAll;
-using test::RequireAbsent;
-using test::RequireFound;
-using test::RequireSame;
-using test::Write;
-
 // Keys 10, 20, ..., 500 with every 7th deleted (tombstones among them), over
 // small nodes: many leaves.
 Model ScanData(Fixture* f) {

@@ -27,29 +27,42 @@ using test::OpenOrDie;
 using test::ReadContents;
 using test::SmallOptions;
 
-TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llama][clean]") {
-  constexpr int kRounds = 30;  // enough flushed deltas to fill several segments
-  auto mem = NewMemEnv();
+constexpr int kChainRounds = 30;  // enough flushed deltas to fill several segments
+
+// Options under which each page's C-delta chain grows with the rounds,
+// spread over the segments (with the chain limit, flushes would write these
+// pages whole every few rounds); a page's whole state fits one buffer.
+LlamaOptions ChainOptions() {
   LlamaOptions o = SmallOptions();
-  o.lss.recycle_pool = 1;
-  o.lss.buffer_size = 256 << 10;  // a page's whole state must fit one buffer
-  // C-delta chains as long as the rounds, spread over the segments (with
-  // the chain limit, flushes would write these pages whole every few rounds).
+  o.lss.buffer_size = 256 << 10;
   o.max_lss_chain = 0;
+  return o;
+}
+
+// Forty pages, then kChainRounds rounds of a delta per page flushed one by one:
+// C-delta chains spread over several segments. Returns the pages.
+std::vector<PageId> FillChains(Llama* l) {
   const std::string filler(3000, 'c');
+  std::vector<PageId> pages;
+  for (int i = 0; i < 40; ++i) pages.push_back(CreatePage(l, std::to_string(i) + filler));
+  for (int round = 0; round < kChainRounds; ++round) {
+    for (PageId pid : pages) {
+      AddDelta(l, pid, "r" + std::to_string(round) + filler, static_cast<uint64_t>(round));
+      CHECK(FlushPage(l, pid, kAll) == FlushOutcome::kFlushed);
+    }
+  }
+  return pages;
+}
+
+TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llama][clean]") {
+  auto mem = NewMemEnv();
+  LlamaOptions o = ChainOptions();
+  o.lss.recycle_pool = 1;
   std::map<PageId, std::vector<std::string>> expected;
   PageId consolidated = 0;
   {
     auto l = OpenOrDie(mem.get(), o);
-    std::vector<PageId> pages;
-    for (int i = 0; i < 40; ++i) pages.push_back(CreatePage(l.get(), std::to_string(i) + filler));
-    // Deltas flushed one by one: C-delta chains spread over several segments.
-    for (int round = 0; round < kRounds; ++round) {
-      for (PageId pid : pages) {
-        AddDelta(l.get(), pid, "r" + std::to_string(round) + filler, static_cast<uint64_t>(round));
-        CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
-      }
-    }
+    const std::vector<PageId> pages = FillChains(l.get());
     // One page consolidated but not flushed: its durable state is its prior.
     consolidated = pages[3];
     {
@@ -96,7 +109,7 @@ TEST_CASE("Cleaning relocates live states and releases old segments", "[dc][llam
     if (pid == consolidated) {
       // The unflushed consolidation is gone; the relocated prior state is back.
       const auto c = ReadContents(l.get(), pid);
-      CHECK(c.size() == kRounds + 1);
+      CHECK(c.size() == kChainRounds + 1);
     } else if (contents.front() == "unflushed@" + std::to_string(kAll)) {
       CHECK(ReadContents(l.get(), pid) ==
             std::vector<std::string>(contents.begin() + 1, contents.end()));
@@ -143,11 +156,6 @@ TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][cle
   for (const auto& [pid, contents] : expected) CHECK(ReadContents(l.get(), pid) == contents);
 }
 
-// Issue 35, suspect 3: a PID allocated by a system transaction while a
-// checkpoint reads the mapping table was recorded allocated and empty; the
-// transaction then aborted, and after a crash the PID was allocated for good
-// (leaked). It must be recorded free.
-
 // A reader inside a guard may hold a page's LSS address (an entry or a
 // partial-swap node it loaded) and read it next: cleaning relocates the
 // page, but releases the old segment only once that guard ends. Without the
@@ -157,19 +165,8 @@ TEST_CASE("Automatic cleaning keeps the segments held bounded", "[dc][llama][cle
 TEST_CASE("Cleaning releases no segment until the guards open before it end",
           "[dc][llama][clean]") {
   auto mem = NewMemEnv();
-  LlamaOptions o = SmallOptions();
-  o.lss.buffer_size = 256 << 10;
-  o.max_lss_chain = 0;
-  const std::string filler(3000, 'c');
-  auto l = OpenOrDie(mem.get(), o);
-  std::vector<PageId> pages;
-  for (int i = 0; i < 40; ++i) pages.push_back(CreatePage(l.get(), std::to_string(i) + filler));
-  for (int round = 0; round < 30; ++round) {
-    for (PageId pid : pages) {
-      AddDelta(l.get(), pid, "r" + std::to_string(round) + filler, static_cast<uint64_t>(round));
-      CHECK(FlushPage(l.get(), pid, kAll) == FlushOutcome::kFlushed);
-    }
-  }
+  auto l = OpenOrDie(mem.get(), ChainOptions());
+  const std::vector<PageId> pages = FillChains(l.get());
   std::map<PageId, std::vector<std::string>> expected;
   for (PageId pid : pages) expected[pid] = ReadContents(l.get(), pid);
   {

@@ -671,6 +671,10 @@ TEST_CASE("The evictor flushes only under the bound it is given", "[dc][llama][b
   CHECK(ReadContents(l.get(), pid) == std::vector<std::string>{"durable@5", "base@0"});
 }
 
+// Issue 35, suspect 3: a PID allocated by a system transaction while a
+// checkpoint reads the mapping table was recorded allocated and empty; the
+// transaction then aborted, and after a crash the PID was allocated for good
+// (leaked). It must be recorded free.
 TEST_CASE("A checkpoint records a PID allocated while it runs as free", "[dc][llama][txn]") {
   auto mem = NewMemEnv();
   FaultInjectionEnv env(mem.get(), 1);
